@@ -1,0 +1,1 @@
+"""The compiler under test."""

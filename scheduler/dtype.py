@@ -1,0 +1,183 @@
+"""Data types of the compiler: scalar dtypes, pointer dtypes, promotion, and the numpy mapping.
+
+Sits below `ops.py`: every UOp carries a DType.
+"""
+from __future__ import annotations
+import math, struct
+from dataclasses import dataclass
+from typing import Union
+import numpy as np
+
+ConstType = Union[float, int, bool]
+
+
+@dataclass(frozen=True, eq=True)
+class DType:
+  priority: int
+  itemsize: int
+  name: str
+  fmt: str | None
+  count: int = 1
+
+  def __repr__(self): return f"dtypes.{self.name}"
+  def __lt__(self, o: DType): return (self.priority, self.itemsize, self.name) < (o.priority, o.itemsize, o.name)
+  @property
+  def base(self) -> DType: return self
+  @property
+  def scalar(self) -> DType: return self
+  def ptr(self, size: int = -1) -> PtrDType: return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self, size)
+  def vec(self, sz: int) -> DType:
+    if sz == 1: return self
+    return DType(self.priority, self.itemsize * sz, f"{self.name}{sz}", None, sz)
+  def __reduce__(self): return (_dtype_by_name, (self.name,)) if self.name in _by_name else super().__reduce__()
+
+
+@dataclass(frozen=True, eq=True)
+class PtrDType(DType):
+  _base: DType = None  # type: ignore
+  size: int = -1
+  @property
+  def base(self) -> DType: return self._base
+  def __repr__(self): return f"{self._base!r}.ptr({self.size})"
+  def __reduce__(self): return (PtrDType, (self.priority, self.itemsize, self.name, self.fmt, self.count, self._base, self.size))
+
+
+class dtypes:
+  void = DType(-1, 0, "void", None)
+  bool = DType(0, 1, "bool", "?")
+  int8 = DType(1, 1, "char", "b")
+  uint8 = DType(2, 1, "uchar", "B")
+  int16 = DType(3, 2, "short", "h")
+  uint16 = DType(4, 2, "ushort", "H")
+  int32 = DType(5, 4, "int", "i")
+  uint32 = DType(6, 4, "uint", "I")
+  int64 = DType(7, 8, "long", "q")
+  uint64 = DType(8, 8, "ulong", "Q")
+  float16 = DType(11, 2, "half", "e")
+  float32 = DType(13, 4, "float", "f")
+  float64 = DType(14, 8, "double", "d")
+  half, float, double = float16, float32, float64
+  char, uchar, short, ushort, int, uint, long, ulong = int8, uint8, int16, uint16, int32, uint32, int64, uint64
+  default_float: DType = float32
+  default_int: DType = int32
+
+  uints = (uint8, uint16, uint32, uint64)
+  sints = (int8, int16, int32, int64)
+  ints = uints + sints
+  floats = (float16, float32, float64)
+  all = (bool,) + ints + floats
+
+  @staticmethod
+  def is_float(x: DType) -> bool: return x.scalar in dtypes.floats
+  @staticmethod
+  def is_int(x: DType) -> bool: return x.scalar in dtypes.ints
+  @staticmethod
+  def is_unsigned(x: DType) -> bool: return x.scalar in dtypes.uints
+  @staticmethod
+  def is_bool(x: DType) -> bool: return x.scalar == dtypes.bool
+
+  @staticmethod
+  def from_py(x) -> DType:
+    if isinstance(x, float): return dtypes.default_float
+    if isinstance(x, bool): return dtypes.bool
+    if isinstance(x, int): return dtypes.default_int
+    if isinstance(x, (list, tuple)): return max((dtypes.from_py(xi) for xi in x), default=dtypes.default_float)
+    raise RuntimeError(f"could not infer dtype of {x!r}")
+
+  @staticmethod
+  def as_const(val, dtype: DType):
+    if isinstance(val, tuple): return tuple(dtypes.as_const(x, dtype) for x in val)
+    if not isinstance(val, (int, float, bool)): return val  # symbolic
+    if dtypes.is_int(dtype): return int(val)
+    if dtypes.is_float(dtype): return float(val)
+    return bool(val)
+
+  @staticmethod
+  def min(dtype: DType):
+    if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -2**(dtype.itemsize * 8 - 1)
+    return -math.inf if dtypes.is_float(dtype) else False
+
+  @staticmethod
+  def max(dtype: DType):
+    if dtypes.is_int(dtype): return 2**(dtype.itemsize * 8) - 1 + dtypes.min(dtype)
+    return math.inf if dtypes.is_float(dtype) else True
+
+  @staticmethod
+  def fields() -> dict[str, DType]: return dict(_by_name)
+
+
+_by_name: dict[str, DType] = {d.name: d for d in (dtypes.void,) + dtypes.all}
+_user_names = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16, "uint16": dtypes.uint16,
+               "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64, "uint64": dtypes.uint64,
+               "float16": dtypes.float16, "float32": dtypes.float32, "float64": dtypes.float64}
+
+
+def _dtype_by_name(name: str) -> DType: return _by_name[name]
+
+
+def to_dtype(x: DType | str) -> DType:
+  if isinstance(x, DType): return x
+  if x in _user_names: return _user_names[x]
+  if x in _by_name: return _by_name[x]
+  raise ValueError(f"unknown dtype {x!r}")
+
+
+# promotion lattice: each dtype lists the dtypes it promotes to directly (JAX-style, as tinygrad does)
+promo_lattice = {
+  dtypes.bool: [dtypes.int8, dtypes.uint8], dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32],
+  dtypes.int32: [dtypes.int64], dtypes.int64: [dtypes.float16], dtypes.uint8: [dtypes.int16, dtypes.uint16],
+  dtypes.uint16: [dtypes.int32, dtypes.uint32], dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.float16],
+  dtypes.float16: [dtypes.float32], dtypes.float32: [dtypes.float64],
+}
+
+
+def _get_recursive_parents(dtype: DType) -> set[DType]:
+  if dtype == dtypes.float64: return {dtypes.float64}
+  return {dtype}.union(*[_get_recursive_parents(d) for d in promo_lattice[dtype]])
+
+
+def least_upper_dtype(*ds: DType) -> DType:
+  common = set.intersection(*[_get_recursive_parents(d) for d in ds])
+  return min(common)
+
+
+def least_upper_float(dt: DType) -> DType: return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
+
+
+def sum_acc_dtype(dt: DType) -> DType:
+  if dtypes.is_unsigned(dt): return least_upper_dtype(dt, dtypes.uint32)
+  if dtypes.is_int(dt) or dt == dtypes.bool: return least_upper_dtype(dt, dtypes.int32)
+  return least_upper_dtype(dt, dtypes.float32)
+
+
+_np_map = {dtypes.bool: np.bool_, dtypes.int8: np.int8, dtypes.uint8: np.uint8, dtypes.int16: np.int16, dtypes.uint16: np.uint16,
+           dtypes.int32: np.int32, dtypes.uint32: np.uint32, dtypes.int64: np.int64, dtypes.uint64: np.uint64,
+           dtypes.float16: np.float16, dtypes.float32: np.float32, dtypes.float64: np.float64}
+_from_np_map = {np.dtype(v): k for k, v in _np_map.items()}
+
+
+def to_np_dtype(dt: DType) -> type:
+  if dt.base not in _np_map: raise ValueError(f"{dt} has no numpy dtype")
+  return _np_map[dt.base]
+
+
+def from_np_dtype(npdt) -> DType:
+  npdt = np.dtype(npdt)
+  if npdt not in _from_np_map: raise ValueError(f"numpy dtype {npdt} is not supported")
+  return _from_np_map[npdt]
+
+
+def truncate_const(val, dtype: DType):
+  """Cast a python constant the way the device would store it."""
+  if dtypes.is_float(dtype):
+    if dtype == dtypes.float16: return float(np.float16(val))
+    if dtype == dtypes.float32:
+      try: return struct.unpack("f", struct.pack("f", val))[0]
+      except OverflowError: return math.copysign(math.inf, val)
+    return float(val)
+  if dtypes.is_int(dtype):
+    bits = dtype.itemsize * 8
+    v = int(val) & ((1 << bits) - 1)
+    if not dtypes.is_unsigned(dtype) and v >= 1 << (bits - 1): v -= 1 << bits
+    return v
+  return bool(val)

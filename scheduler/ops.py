@@ -1,0 +1,738 @@
+"""The UOp graph IR and the pattern-rewrite engine: the one mechanism every compiler pass uses.
+
+`UOp` nodes are immutable and hash-consed (building the same structure twice gives the same
+object). `UPat`/`PatternMatcher` describe rewrite rules, `graph_rewrite` applies them to a fixed
+point. Sits on top of `dtype.py` and `helpers.py`; the shape tracker and symbolic rules build on it.
+"""
+from __future__ import annotations
+import enum, functools, hashlib, inspect, math, operator, weakref
+from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
+from scheduler.dtype import DType, PtrDType, dtypes, ConstType, truncate_const
+from scheduler.helpers import all_int, all_same, dedup, prod, unwrap, ContextVar, TRACK_MATCH_STATS, Metadata
+if TYPE_CHECKING:
+  from scheduler.shape.shapetracker import ShapeTracker
+  from scheduler.device import Buffer
+
+
+class FastEnum(enum.IntEnum):
+  def __str__(self): return f"{type(self).__name__}.{self.name}"
+  def __repr__(self): return str(self)
+  # pickle by *name*: a capture survives members being added or reordered
+  def __reduce_ex__(self, protocol): return (_op_by_name, (self.name,))
+  @staticmethod
+  def _generate_next_value_(_, __, ___, last_values): return 1 + max([0, *last_values, *[max(c) for c in FastEnum.__subclasses__()]])
+
+
+class Ops(FastEnum):
+  # graph roots and kernels
+  SINK = enum.auto(); KERNEL = enum.auto(); NAME = enum.auto()
+  # buffers and devices
+  UNIQUE = enum.auto(); DEVICE = enum.auto(); BUFFER = enum.auto(); BUFFER_VIEW = enum.auto()
+  DEFINE_GLOBAL = enum.auto(); DEFINE_LOCAL = enum.auto(); DEFINE_ACC = enum.auto(); DEFINE_VAR = enum.auto(); BIND = enum.auto()
+  # views and movement
+  VIEW = enum.auto(); RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto(); PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()
+  # constants and memory
+  CONST = enum.auto(); VALID = enum.auto(); INDEX = enum.auto(); LOAD = enum.auto(); STORE = enum.auto(); PRELOAD = enum.auto()
+  # tensor-level meta ops
+  CONTIGUOUS = enum.auto(); CONTIGUOUS_BACKWARD = enum.auto(); DETACH = enum.auto(); COPY = enum.auto(); EMPTY = enum.auto()
+  ASSIGN = enum.auto()
+  # reduce
+  REDUCE_AXIS = enum.auto()
+  # unary
+  CAST = enum.auto(); BITCAST = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto(); SIN = enum.auto(); SQRT = enum.auto()
+  RECIP = enum.auto(); NEG = enum.auto()
+  # binary
+  ADD = enum.auto(); MUL = enum.auto(); IDIV = enum.auto(); MAX = enum.auto(); MOD = enum.auto(); CMPLT = enum.auto(); CMPNE = enum.auto()
+  XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto(); OR = enum.auto(); AND = enum.auto(); THREEFRY = enum.auto(); SUB = enum.auto()
+  FDIV = enum.auto(); POW = enum.auto()
+  # ternary
+  WHERE = enum.auto(); MULACC = enum.auto()
+  # lowering
+  RANGE = enum.auto(); ENDRANGE = enum.auto(); IF = enum.auto(); ENDIF = enum.auto(); SPECIAL = enum.auto(); NOOP = enum.auto()
+
+
+def _op_by_name(name: str) -> Ops: return Ops[name]
+
+
+class GroupOp:
+  Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG}
+  Binary = {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MAX, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.XOR, Ops.SHL, Ops.SHR, Ops.OR, Ops.AND,
+            Ops.THREEFRY, Ops.SUB, Ops.FDIV, Ops.POW}
+  Ternary = {Ops.WHERE, Ops.MULACC}
+  ALU = set.union(Unary, Binary, Ternary)
+  Irreducible = {Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE}
+  Movement = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+  Buffer = {Ops.LOAD, Ops.PRELOAD, Ops.STORE, Ops.VALID}
+  Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.XOR, Ops.AND, Ops.OR}
+  Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
+  Idempotent = {Ops.OR, Ops.AND, Ops.MAX}
+  Comparison = {Ops.CMPLT, Ops.CMPNE}
+  # these ops turn a padded zero into something that is not zero, so a pad cannot move past them
+  UnsafePad = {Ops.RECIP, Ops.LOG2, Ops.EXP2, Ops.IDIV, Ops.POW}
+  Meta = {Ops.COPY, Ops.EMPTY, Ops.BUFFER_VIEW}
+  All = set(Ops)
+
+
+def identity_element(op: Ops, dt: DType) -> ConstType:
+  return dtypes.as_const({Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(dt)}[op], dt)
+
+
+def can_pad(u: UOp, edges: dict[UOp, None], cache: dict[UOp, None]) -> bool:
+  """True when padding the output of `u` with zeros equals padding its inputs (no unsafe op in between)."""
+  if u.op in GroupOp.UnsafePad: return False
+  if u in edges or u in cache: return True
+  cache[u] = None
+  return all(can_pad(x.base, edges, cache) for x in u.src)
+
+
+# ***** symbolic ints *****
+
+sint = int  # an int or a UOp; annotated loosely for speed of reading
+
+
+def resolve(x, default: bool = True) -> bool:
+  """Decide a (possibly symbolic) condition; `default` when the value ranges cannot decide it."""
+  if not isinstance(x, UOp): return bool(x)
+  if x.dtype != dtypes.bool: raise ValueError(f"resolve needs a bool, got {x.dtype}")
+  lo, hi = x.vmin, x.vmax
+  return bool(lo) if lo == hi else default
+
+
+def smax(*lst):
+  lst = lst[0] if len(lst) == 1 and isinstance(lst[0], (tuple, list)) else lst
+  return max(lst, key=lambda x: x if isinstance(x, int) else x.vmax)
+def smin(*lst):
+  lst = lst[0] if len(lst) == 1 and isinstance(lst[0], (tuple, list)) else lst
+  return min(lst, key=lambda x: x if isinstance(x, int) else x.vmin)
+def ssimplify(x): return x.ssimplify() if isinstance(x, UOp) else x
+def sym_infer(x, var_vals: dict[UOp, int]) -> int: return x.substitute({k: k.const_like(v) for k, v in var_vals.items()}).ssimplify() \
+  if isinstance(x, UOp) else x
+def sint_to_uop(x, dtype=dtypes.int32) -> UOp: return UOp.const(dtype, x) if isinstance(x, int) else x
+
+
+# ***** the UOp *****
+
+class UOpMetaClass(type):
+  ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = tuple(), arg: Any = None, _buffer: Optional[Buffer] = None):
+    key = (op, dtype, src, arg, type(arg))
+    if (wret := UOpMetaClass.ucache.get(key, None)) is not None and (ret := wret()) is not None: return ret
+    UOpMetaClass.ucache[key] = ref = weakref.ref(created := super().__call__(op, dtype, src, arg))
+    weakref.finalize(created, _drop_from_cache, key, ref)
+    if _buffer is not None: buffers[created] = _buffer
+    return created
+
+
+def _drop_from_cache(key, ref):
+  if UOpMetaClass.ucache.get(key) is ref: del UOpMetaClass.ucache[key]
+
+
+# UOps of realized buffers map to the Buffer objects that hold their memory
+buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# tensor-level metadata (which Tensor function built an op)
+all_metadata: weakref.WeakKeyDictionary[UOp, Metadata] = weakref.WeakKeyDictionary()
+
+_buffer_num = [0]
+
+
+def _next_buffer_num() -> int:
+  _buffer_num[0] += 1
+  return _buffer_num[0]
+
+
+class MathMixin:
+  __slots__ = ()
+  """Python operators on UOps (and Tensors) that build ALU ops."""
+  def _binop(self, op, x, reverse): return self.ufix(x).alu(op, self) if reverse else self.alu(op, self.ufix(x))
+  def __neg__(self): return self.neg()
+  def __add__(self, x): return self._binop(Ops.ADD, x, False)
+  def __radd__(self, x): return self._binop(Ops.ADD, x, True)
+  def __sub__(self, x): return self.alu(Ops.ADD, self.ufix(-x) if not isinstance(x, MathMixin) else -x)
+  def __rsub__(self, x): return self.ufix(x).alu(Ops.ADD, -self)
+  def __mul__(self, x): return self._binop(Ops.MUL, x, False)
+  def __rmul__(self, x): return self._binop(Ops.MUL, x, True)
+  def __floordiv__(self, x): return self._binop(Ops.IDIV, x, False)
+  def __rfloordiv__(self, x): return self._binop(Ops.IDIV, x, True)
+  def __mod__(self, x): return self._binop(Ops.MOD, x, False)
+  def __rmod__(self, x): return self._binop(Ops.MOD, x, True)
+  def __truediv__(self, x): return self._binop(Ops.MUL, self.ufix(x).reciprocal(), False)
+  def __and__(self, x): return self._binop(Ops.AND, x, False)
+  def __or__(self, x): return self._binop(Ops.OR, x, False)
+  def __xor__(self, x): return self._binop(Ops.XOR, x, False)
+  def __lshift__(self, x): return self._binop(Ops.SHL, x, False)
+  def __rshift__(self, x): return self._binop(Ops.SHR, x, False)
+  def __lt__(self, x): return self._binop(Ops.CMPLT, x, False)
+  def __gt__(self, x): return self.ufix(x)._binop(Ops.CMPLT, self, False)
+  def __ge__(self, x): return (self < x).logical_not()
+  def __le__(self, x): return (self > x).logical_not()
+  def ne(self, x): return self._binop(Ops.CMPNE, x, False)
+  def eq(self, x): return self.ne(x).logical_not()
+  def logical_not(self): return self.ne(True)
+  def neg(self):
+    dtype = getattr(self, "dtype", None)
+    if dtype is None: raise TypeError(f"MathMixin with no dtype {self}")
+    return self.logical_not() if dtype.scalar == dtypes.bool else self * (-1)
+  def maximum(self, x): return self._binop(Ops.MAX, x, False)
+  def minimum(self, x): return -(-self).maximum(-x)
+  def where(self, x, y):
+    if isinstance(x, UOp): y = x.ufix(y)
+    elif isinstance(y, UOp): x = y.ufix(x)
+    else: x, y = self.const_like(x).cast(dtypes.from_py(x)), self.const_like(y).cast(dtypes.from_py(y))
+    return self.alu(Ops.WHERE, x, y)
+  def reciprocal(self): return self.alu(Ops.RECIP)
+  def sqrt(self): return self.alu(Ops.SQRT)
+  def sin(self): return self.alu(Ops.SIN)
+  def log2(self): return self.alu(Ops.LOG2)
+  def exp2(self): return self.alu(Ops.EXP2)
+
+
+class UOp(MathMixin, metaclass=UOpMetaClass):
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+
+  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = tuple(), arg: Any = None):
+    self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+
+  def __reduce__(self):
+    args = [self.op.name, self.dtype, self.src, self.arg]
+    if self.op is Ops.BUFFER and self in buffers and buffers[self].is_allocated() and _pickle_buffers():
+      args.append(buffers[self])
+    return _uop_from_name, tuple(args)
+
+  def replace(self, **kwargs) -> UOp:
+    new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src), kwargs.pop("arg", self.arg))
+    if kwargs: raise TypeError(f"replace got unknown fields {list(kwargs)}")
+    if (self.op, self.dtype, self.src, self.arg) == new: return self
+    return UOp(*new)
+
+  @functools.cached_property
+  def key(self) -> bytes:
+    h = hashlib.sha256(f"{self.op.name}|{self.dtype!r}|{_stable_repr(self.arg)}".encode())
+    for s in self.src: h.update(s.key)
+    return h.digest()
+
+  def __repr__(self): return pretty_print(self)
+  def argstr(self): return f"({', '.join(map(str, self.arg))})" if self.op is Ops.REDUCE_AXIS else repr(self.arg)
+
+  # ***** graph walking *****
+
+  @functools.cached_property
+  def toposort(self) -> dict[UOp, None]:
+    out: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, visited = stack.pop()
+      if node in out: continue
+      if visited: out[node] = None
+      else:
+        stack.append((node, True))
+        for s in reversed(node.src):
+          if s not in out: stack.append((s, False))
+    return out
+
+  def substitute(self, dvars: dict[UOp, UOp]) -> UOp:
+    return graph_rewrite(self, _substitute, dvars, bottom_up=True)
+
+  def sink(self, *srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs)
+
+  # ***** shape *****
+
+  @functools.cached_property
+  def st(self) -> Optional[ShapeTracker]:
+    from scheduler.shape.shapetracker import ShapeTracker
+    if self.op is Ops.VIEW: return self.arg
+    if self.op is Ops.BUFFER: return ShapeTracker.from_shape((self.arg[1],))
+    if self.op is Ops.BUFFER_VIEW: return ShapeTracker.from_shape((self.arg[0],))
+    if self.op in GroupOp.Movement: return unwrap(self.src[0].st).mop(self.op, self.arg)
+    if self.op in {Ops.DEVICE, Ops.DEFINE_GLOBAL, Ops.KERNEL, Ops.SINK, Ops.RANGE, Ops.UNIQUE}: return None
+    src_sts = [x.st for x in self.src if x.st is not None]
+    if not src_sts: return None
+    shapes = [x.shape for x in src_sts]
+    if not all_same(shapes): raise ValueError(f"{self.op} has sources of different shapes {shapes}")
+    shape = src_sts[0].shape
+    if self.op is Ops.REDUCE_AXIS: shape = tuple(1 if i in self.arg[1] else s for i, s in enumerate(shape))
+    return ShapeTracker.from_shape(shape)
+
+  @property
+  def shape(self) -> tuple:
+    st = self.st
+    if st is None: raise ValueError(f"{self.op} has no shape")
+    return st.shape
+
+  @property
+  def full_shape(self) -> tuple:
+    from scheduler.helpers import flatten
+    return tuple(max(x) if all_int(x) else x[0] for x in zip(*[u.shape for u in self.toposort if u.op is Ops.VIEW]))
+
+  @property
+  def size(self) -> int: return self.arg[1] if self.op is Ops.BUFFER else unwrap(self.st).size
+
+  @property
+  def ndim(self) -> int: return len(self.shape)
+
+  @property
+  def base(self) -> UOp:
+    if self.op in GroupOp.Movement: return self.src[0].base
+    return self.src[0].base if self.op is Ops.VIEW and len(self.src) == 1 else self
+
+  @property
+  def axis_arg(self) -> tuple[int, ...]:
+    if self.op is not Ops.REDUCE_AXIS: raise ValueError(f"axis_arg of {self.op}")
+    return self.arg[1]
+
+  # ***** devices and buffers *****
+
+  @functools.cached_property
+  def _device(self) -> Optional[str]:
+    if self.op is Ops.DEVICE: return self.arg
+    return next((d for s in self.src if (d := s._device) is not None), None)
+
+  @property
+  def device(self) -> str: return unwrap(self._device)
+
+  @property
+  def buf_uop(self) -> UOp:
+    if self.base.op is Ops.BUFFER: return self.base
+    if self.base.op not in {*GroupOp.Buffer, Ops.ASSIGN, Ops.BUFFER_VIEW}: raise ValueError(f"buf_uop called on {self.op}")
+    return self.src[0].buf_uop
+
+  @property
+  def buffer(self) -> Buffer:
+    from scheduler.device import Buffer
+    if self.op is Ops.VIEW:
+      if not self.st.contiguous: raise ValueError("VIEW of a buffer must be contiguous to get its Buffer")
+      return self.src[0].buffer
+    if self.op is not Ops.BUFFER: raise ValueError(f"{self.op} has no buffer")
+    if (cret := buffers.get(self)) is not None: return cret
+    buffers[self] = ret = Buffer(self.device, self.size, self.dtype)
+    return ret
+
+  @property
+  def realized(self) -> Optional[Buffer]:
+    return buf if self.op is Ops.BUFFER and (buf := buffers.get(self)) is not None and buf.is_allocated() else None
+
+  @property
+  def is_realized(self) -> bool:
+    return all(x.base.realized is not None for x in self.base.src) if self.base.op is Ops.MULACC else self.base.realized is not None
+
+  # ***** builders *****
+
+  @staticmethod
+  def new_buffer(device: str, size: int, dtype: DType) -> UOp:
+    return UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (_next_buffer_num(), size))
+
+  @staticmethod
+  def const(dtype: DType, b, device: Optional[str] = None, shape: Optional[tuple] = None) -> UOp:
+    if isinstance(b, UOp): return b.unbind()[0] if b.op is Ops.BIND else b
+    ret = UOp(Ops.CONST, dtype, arg=dtypes.as_const(b, dtype))
+    if shape is not None:
+      from scheduler.shape.shapetracker import ShapeTracker
+      ret = ret.replace(src=(UOp(Ops.VIEW, dtypes.void, (UOp(Ops.DEVICE, arg=device),) if device else (), ShapeTracker.from_shape(shape)),))
+    return ret
+
+  def const_like(self, b) -> UOp:
+    if self._device is not None and self.st is not None: return UOp.const(self.dtype, b, self.device, self.shape)
+    if self.st is not None: return UOp.const(self.dtype, b, None, self.shape)
+    return UOp.const(self.dtype, b)
+
+  def ufix(self, x) -> UOp:
+    if isinstance(x, UOp): return x
+    dtype = self.dtype if not (dtypes.is_int(self.dtype) and isinstance(x, float)) else dtypes.default_float
+    return self.const_like(x) if dtype == self.dtype else UOp.const(dtype, x)
+
+  @staticmethod
+  def metaop(op: Ops, shape: tuple, dtype: DType, device: str, arg=None) -> UOp:
+    from scheduler.shape.shapetracker import ShapeTracker
+    if op is Ops.CONST:
+      if not isinstance(arg, UOp): return UOp.const(dtype, arg, device, ()).reshape((1,) * len(shape)).expand(shape)
+      # a bound variable used as a tensor value
+      var, val = arg.unbind()
+      return var.replace(src=(UOp(Ops.VIEW, dtypes.void, (UOp(Ops.DEVICE, arg=device),), ShapeTracker.from_shape(shape)),)).bind(val)
+    if op is Ops.EMPTY:
+      return UOp.new_buffer(device, prod(shape), dtype).reshape(shape)
+    raise ValueError(f"unknown metaop {op}")
+
+  def alu(self, op: Ops, *src: UOp) -> UOp:
+    out_dtype = (self, *src)[-1].dtype
+    if op in GroupOp.Comparison: out_dtype = dtypes.bool.vec(out_dtype.count) if out_dtype.count > 1 else dtypes.bool
+    return UOp(op, out_dtype, (self,) + src)
+
+  def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+  def bitcast(self, dtype: DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))
+  def r(self, op: Ops, axis: tuple[int, ...]) -> UOp:
+    axis = tuple(sorted(x for x in axis if resolve(self.shape[x] != 1)))
+    return self if len(axis) == 0 else UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axis))
+  def contiguous(self) -> UOp: return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
+  def contiguous_backward(self) -> UOp: return UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self,))
+  def detach(self) -> UOp: return UOp(Ops.DETACH, self.dtype, (self,))
+  def assign(self, x: UOp) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x))
+  def copy_to_device(self, device: str, clone: bool = False) -> UOp: return UOp(Ops.COPY, self.dtype, (UOp(Ops.DEVICE, arg=device), self), clone)
+  def clone(self) -> UOp: return self.copy_to_device(self.device, clone=True)
+  def valid(self, st: ShapeTracker) -> UOp:
+    return UOp(Ops.VALID, dtypes.bool, (st.to_uop(),)).where(self.replace(src=()), self.replace(src=()).const_like(0))
+  @staticmethod
+  def load(*src: UOp, dtype: DType) -> UOp: return UOp(Ops.LOAD, dtype, src)
+  @staticmethod
+  def store(*src: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, src)
+  def index(self, idx: UOp, valid: Optional[UOp] = None) -> UOp:
+    return UOp(Ops.INDEX, self.dtype, (self, idx, valid) if valid is not None else (self, idx))
+
+  # ***** views and movement ops (all movement ops become one VIEW on the base) *****
+
+  def view(self, new_st: ShapeTracker) -> UOp:
+    if self.st is None: return UOp(Ops.VIEW, self.dtype, (self,), new_st)
+    ret = UOp(Ops.VIEW, self.dtype, (self.base,), new_st)
+    # fold views of nothing to a zero constant, and identity views to the base
+    if self.st.size == 0 or (new_st.views[-1].mask is not None and any((x[1] - x[0]) == 0 for x in new_st.views[-1].mask)):
+      return ret.const_like(0)
+    if new_st.contiguous and self.base.shape == new_st.shape: return self.base
+    return ret
+
+  def _mop(self, op: Ops, arg) -> UOp:
+    ret = self.view(unwrap(self.st).mop(op, arg))
+    return self if self.st == ret.st else ret
+
+  def reshape(self, arg: tuple) -> UOp: return self._mop(Ops.RESHAPE, arg)
+  def pad(self, arg: tuple) -> UOp: return self._mop(Ops.PAD, arg)
+  def expand(self, arg: tuple) -> UOp: return self._mop(Ops.EXPAND, arg)
+  def permute(self, arg: tuple) -> UOp: return self._mop(Ops.PERMUTE, arg)
+  def shrink(self, arg: tuple) -> UOp: return self._mop(Ops.SHRINK, arg)
+  def flip(self, arg: tuple) -> UOp: return self._mop(Ops.FLIP, arg)
+
+  # ***** symbolic *****
+
+  @staticmethod
+  def variable(name: str, min_val, max_val, dtype: DType = dtypes.int32) -> UOp:
+    return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
+
+  @property
+  def expr(self) -> str:
+    if self.op is not Ops.DEFINE_VAR: raise ValueError(f"expr of {self.op}")
+    return self.arg[0]
+
+  def bind(self, val: int) -> UOp:
+    if self.op is not Ops.DEFINE_VAR: raise ValueError(f"cannot bind {self.op}")
+    if not (self.arg[1] <= val <= self.arg[2]): raise ValueError(f"value {val} out of range of {self.arg[0]} [{self.arg[1]}, {self.arg[2]}]")
+    return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
+
+  def unbind(self) -> tuple[UOp, int]:
+    if self.op is not Ops.BIND or self.src[0].op is not Ops.DEFINE_VAR or self.src[1].op is not Ops.CONST:
+      raise ValueError(f"can't unbind {self}")
+    return self.src[0], self.src[1].arg
+
+  @property
+  def val(self) -> int: return self.unbind()[1]
+
+  def vars(self) -> set[UOp]:
+    bound = {x.src[0]: x for x in self.toposort if x.op is Ops.BIND}
+    return set(bound.values()) | {x for x in self.toposort if x.op is Ops.DEFINE_VAR and x not in bound}
+
+  def variables(self) -> list[UOp]:
+    st_vars: list[set[UOp]] = [x.st.vars() for x in self.toposort if x.st is not None and x.op is Ops.VIEW]
+    return sorted(set.union(*st_vars, {x.unbind()[0] if x.op is not Ops.DEFINE_VAR else x for x in self.vars()}), key=lambda v: v.arg)
+
+  def simplify(self) -> UOp:
+    from scheduler.symbolic import symbolic
+    with _no_tracking(): return graph_rewrite(self, symbolic)
+
+  def ssimplify(self):
+    ret = self.simplify()
+    return ret.arg if ret.op is Ops.CONST else ret
+
+  def render(self, simplify=True) -> str:
+    from scheduler.symbolic import render_expr
+    return render_expr(self.simplify() if simplify else self)
+
+  @functools.cached_property
+  def _min_max(self) -> tuple:
+    from scheduler.symbolic import min_max
+    return min_max(self)
+
+  @property
+  def vmin(self): return self._min_max[0]
+  @property
+  def vmax(self): return self._min_max[1]
+
+  def __bool__(self): raise TypeError(f"a UOp is not a python bool; use resolve() on {self.op}")
+
+  def __index__(self):
+    if self.op is Ops.CONST and isinstance(self.arg, int): return self.arg
+    raise TypeError(f"cannot use symbolic {self.op} as a python int")
+
+  def __int__(self): return self.__index__()
+
+  def __hash__(self): return id(self)
+  def __eq__(self, other): return self is other
+
+
+def _pickle_buffers() -> bool:
+  from scheduler.helpers import PICKLE_BUFFERS
+  return bool(PICKLE_BUFFERS)
+
+
+def _uop_from_name(op_name: str, dtype: DType, src: tuple, arg: Any, buffer: Any = None) -> UOp:
+  return UOp(Ops[op_name], dtype, src, arg, _buffer=buffer)
+
+
+def _stable_repr(arg) -> str:
+  """A repr of a UOp arg that is the same in every process (no ids, sets sorted)."""
+  if isinstance(arg, (set, frozenset)): return "{" + ",".join(sorted(_stable_repr(a) for a in arg)) + "}"
+  if isinstance(arg, tuple): return "(" + ",".join(_stable_repr(a) for a in arg) + ")"
+  if isinstance(arg, float): return repr(arg) if not math.isnan(arg) else "nan"
+  if hasattr(arg, "stable_repr"): return arg.stable_repr()
+  return repr(arg)
+
+
+class _no_tracking:
+  def __enter__(self): self.old, TRACK_MATCH_STATS.value = TRACK_MATCH_STATS.value, 0
+  def __exit__(self, *a): TRACK_MATCH_STATS.value = self.old
+
+
+def pretty_print(x: UOp, cache=None, d=0) -> str:
+  lines: list[str] = []
+  seen: dict[UOp, int] = {}
+  def walk(u: UOp, depth: int):
+    if u in seen:
+      lines.append("  " * depth + f"<ref {seen[u]}>")
+      return
+    seen[u] = len(seen)
+    lines.append("  " * depth + f"{seen[u]}: UOp({u.op}, {u.dtype}, arg={u.argstr()}, src=({len(u.src)}))")
+    for s in u.src: walk(s, depth + 1)
+  walk(x, 0)
+  return "\n".join(lines)
+
+
+# ***** pattern matching *****
+
+class UPat(MathMixin):
+  __slots__ = ("op", "dtype", "arg", "name", "src", "allowed_len", "custom_early_reject", "location")
+
+  def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
+               src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = None, name: str | None = None,
+               allow_any_len: bool = False, location=None, custom_early_reject: set[Ops] | None = None):
+    self.op: Optional[tuple[Ops, ...]] = (op,) if isinstance(op, Ops) else (tuple(op) if op is not None else None)
+    self.dtype: Optional[tuple[DType, ...]] = (dtype,) if isinstance(dtype, DType) else (tuple(dtype) if dtype is not None else None)
+    self.arg, self.name = arg, name
+    self.src: Any = None
+    # a list of sources means "any order" (commutative), a tuple a fixed order, one UPat "all sources match it"
+    if isinstance(src, list): self.src = list(_permutations(tuple(src)))
+    elif isinstance(src, tuple): self.src = [src]
+    elif isinstance(src, UPat): self.src = [_Repeat(src)]
+    self.allowed_len = -1 if allow_any_len or isinstance(src, UPat) or src is None else len(src)
+    self.location = location or _caller_location()
+    if custom_early_reject is not None: self.custom_early_reject = custom_early_reject
+    else:
+      upat_match = [src] if isinstance(src, UPat) else ([] if src is None else self.src[0])
+      self.custom_early_reject = {pp.op[0] for pp in upat_match if isinstance(pp, UPat) and pp.op is not None and len(pp.op) == 1}
+
+  def named(self, name: str) -> UPat: return UPat(self.op, self.dtype, self._src_arg(), self.arg, name, self.allowed_len == -1)
+  def _src_arg(self):
+    if self.src is None: return None
+    s = self.src[0]
+    return s.pat if isinstance(s, _Repeat) else (list(s) if len(self.src) > 1 else s)
+
+  @staticmethod
+  def any(*src): return _UPatAny(src=src)
+  @staticmethod
+  def var(name: str | None = None, dtype=None) -> UPat: return UPat(dtype=dtype, name=name)
+  @staticmethod
+  def cvar(name: str | None = None, dtype=None, vec=True) -> UPat: return UPat(Ops.CONST, dtype, name=name)
+  @staticmethod
+  def const(dtype, b) -> UPat: return UPat(Ops.CONST, dtype=dtype, arg=b)
+  @staticmethod
+  def assign(target: UPat, value: UPat, name: str | None = None) -> UPat: return UPat(Ops.ASSIGN, src=(target, value), name=name)
+
+  # builders so that patterns read like the graphs they match
+  def view(self, st=None, **kwargs): return UPat(Ops.VIEW, src=(self,), arg=st, **kwargs)
+  def cast(self, dtype=None): return UPat(Ops.CAST, dtype, (self,))
+  def alu(self, op: Ops, *src: UPat):
+    asrc = (self,) + src
+    return UPat(op, dtypes.bool if op in GroupOp.Comparison else None, list(asrc) if op in GroupOp.Commutative else asrc)
+  def ufix(self, x): return x if isinstance(x, UPat) else UPat.const(None, x)
+  def where(self, x, y): return UPat(Ops.WHERE, None, (self, self.ufix(x), self.ufix(y)))
+
+  def __repr__(self): return f"UPat({self.op}, name={self.name})"
+
+  def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    if (self.op is not None and uop.op not in self.op) or \
+       (self.name is not None and store.setdefault(self.name, uop) is not uop) or \
+       (self.dtype is not None and uop.dtype not in self.dtype and uop.dtype.scalar not in self.dtype) or \
+       (self.arg is not None and self.arg != uop.arg) or \
+       (self.allowed_len != -1 and len(uop.src) != self.allowed_len): return []
+    if self.src is None: return [store]
+    res: list[dict[str, UOp]] = []
+    for vp in self.src:
+      stores, new_stores = [store.copy()], []
+      if isinstance(vp, _Repeat): vp = (vp.pat,) * len(uop.src)
+      for uu, vv in zip(uop.src, vp):
+        for s in stores: new_stores.extend(vv.match(uu, s))
+        stores, new_stores = new_stores, []
+      res.extend(stores)
+    return res
+
+
+class _UPatAny(UPat):
+  def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    ret: list[dict[str, UOp]] = []
+    for x in self.src[0]: ret.extend(x.match(uop, store.copy()))
+    return ret
+
+
+class _Repeat:
+  __slots__ = ("pat",)
+  def __init__(self, pat: UPat): self.pat = pat
+
+
+def _permutations(src: tuple) -> Iterable[tuple]:
+  import itertools
+  return itertools.permutations(src)
+
+
+def _caller_location() -> tuple[str, int]:
+  frm = inspect.currentframe()
+  while frm is not None and frm.f_code.co_filename == __file__: frm = frm.f_back
+  return (frm.f_code.co_filename, frm.f_lineno) if frm is not None else ("?", 0)
+
+
+class PatternMatcher:
+  """Rewrite rules, indexed by the op they match; the first rule that returns a UOp wins."""
+  def __init__(self, patterns: list[tuple[UPat, Callable]]):
+    self.patterns = patterns
+    self.pdict: dict[Ops, list[tuple[UPat, Callable, set[Ops], bool]]] = {}
+    for p, fxn in self.patterns:
+      if not isinstance(p, UPat): raise TypeError(f"pattern must be a UPat, got {p!r}")
+      params = inspect.signature(fxn).parameters
+      has_ctx = "ctx" in params
+      ops = p.op if p.op is not None else tuple(Ops)
+      if isinstance(p, _UPatAny):
+        ops = tuple(dedup(o for x in p.src[0] for o in (x.op if x.op is not None else tuple(Ops))))
+      for uop in ops: self.pdict.setdefault(uop, []).append((p, fxn, p.custom_early_reject, has_ctx))
+
+  def __add__(self, more: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + more.patterns)
+
+  def rewrite(self, uop: UOp, ctx=None) -> Optional[UOp]:
+    ler = {u.op for u in uop.src}
+    for p, fxn, early_reject, has_ctx in self.pdict.get(uop.op, []):
+      if not early_reject.issubset(ler): continue
+      for match in p.match(uop, {}):
+        if (ret := (fxn(ctx=ctx, **match) if has_ctx else fxn(**match))) is not None and ret is not uop:
+          if TRACK_MATCH_STATS: _record_rewrite(p, uop, ret)
+          return ret
+    return None
+
+
+# ***** rewrite tracking *****
+
+tracked_rewrites: list[tuple[str, list[tuple[tuple[str, int], UOp, UOp]]]] = []
+
+
+def _record_rewrite(p: UPat, before: UOp, after: UOp):
+  if tracked_rewrites: tracked_rewrites[-1][1].append((p.location, before, after))
+
+
+def track_rewrites(name_fxn: Optional[Callable] = None):
+  """Decorator: with TRACK_MATCH_STATS on, records every rule that fired inside the call under its name."""
+  def decorator(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+      if not TRACK_MATCH_STATS: return func(*args, **kwargs)
+      tracked_rewrites.append((func.__name__, []))
+      ret = func(*args, **kwargs)
+      if name_fxn is not None: tracked_rewrites[-1] = (name_fxn(ret), tracked_rewrites[-1][1])
+      return ret
+    return wrapper
+  return decorator
+
+
+# ***** graph rewrite *****
+
+class RewriteContext:
+  def __init__(self, pm: PatternMatcher, ctx=None):
+    self.pm, self.ctx = pm, ctx
+    self.replace: dict[UOp, UOp] = {}
+
+  def top_down_rewrite(self, root: UOp) -> UOp:
+    """Rewrite sources first, then the node, repeating on the result until nothing fires."""
+    stack: list[tuple[UOp, int, Optional[UOp]]] = [(root, 0, None)]
+    while stack:
+      n, stage, new_n = stack.pop()
+      if n in self.replace: continue
+      if stage == 0:
+        stack.append((n, 1, None))
+        for s in reversed(n.src):
+          if s not in self.replace: stack.append((s, 0, None))
+      elif stage == 1:
+        new_src = tuple(self.replace[s] for s in n.src)
+        if new_src == n.src:
+          rewritten = self.pm.rewrite(n, self.ctx)
+          if rewritten is None:
+            self.replace[n] = n
+            continue
+        else: rewritten = UOp(n.op, n.dtype, new_src, n.arg)
+        if rewritten in self.replace: self.replace[n] = self.replace[rewritten]
+        else:
+          stack.append((n, 2, rewritten))
+          stack.append((rewritten, 0, None))
+      else:
+        self.replace[n] = self.replace[new_n]
+    return self.replace[root]
+
+  def bottom_up_rewrite(self, n: UOp) -> UOp:
+    """Rewrite the node to a fixed point first, then its sources."""
+    if (rn := self.replace.get(n)) is not None: return rn
+    new_n: Optional[UOp] = n
+    last_n = n
+    while new_n is not None: last_n, new_n = new_n, self.pm.rewrite(new_n, self.ctx)
+    new_src = tuple(self.bottom_up_rewrite(x) for x in last_n.src)
+    self.replace[n] = ret = last_n if new_src == last_n.src else self.bottom_up_rewrite(UOp(last_n.op, last_n.dtype, new_src, last_n.arg))
+    return ret
+
+
+def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx=None, bottom_up: bool = False, name: str | None = None) -> UOp:
+  rewrite_ctx = RewriteContext(pm, ctx)
+  return rewrite_ctx.bottom_up_rewrite(sink) if bottom_up else rewrite_ctx.top_down_rewrite(sink)
+
+
+def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx=None, bottom_up: bool = False, name: str | None = None) -> dict[UOp, UOp]:
+  """Rewrite the graph and return what every node of the input graph became."""
+  rewrite_ctx = RewriteContext(pm, ctx)
+  rewrite = rewrite_ctx.bottom_up_rewrite if bottom_up else rewrite_ctx.top_down_rewrite
+  return {k: rewrite(k) for k in list(sink.toposort)[::-1]}
+
+
+_substitute = PatternMatcher([(UPat(tuple(Ops), name="x"), lambda ctx, x: ctx.get(x, None))])
+
+
+# ***** view rules shared by the scheduler passes *****
+
+def _merge_view_into_buffer_op(x: UOp, view: UOp) -> Optional[UOp]:
+  return x.replace(src=tuple((s.st + view.st).to_uop() if s.op is Ops.VIEW else s for s in x.src))
+
+
+merge_views = PatternMatcher([
+  # two views in a row are one view
+  (UPat(Ops.VIEW, name="vm1", src=(UPat(Ops.VIEW, name="vm2"),)), lambda vm1, vm2: vm2.replace(arg=vm2.st + vm1.st)),
+  # a view on a load, store or valid merges into the view it indexes with
+  (UPat(Ops.VIEW, name="view", src=(UPat((Ops.LOAD, Ops.STORE, Ops.VALID), name="x"),)), _merge_view_into_buffer_op),
+  # a view on an unmasked constant merges into the constant's own view
+  (UPat(Ops.VIEW, name="view", src=(UPat((Ops.CONST, Ops.DEFINE_VAR), name="x", src=(UPat(Ops.VIEW, name="cst"),)),)),
+   lambda x, cst, view: x.replace(src=(cst.replace(arg=cst.st + view.st),)) if all(v.mask is None for v in (cst.st + view.st).views) else None),
+  # a contiguous view with the shape of its source does nothing
+  (UPat(Ops.VIEW, name="view", src=(UPat(GroupOp.All - {Ops.DEVICE}, name="x"),)),
+   lambda x, view: x if x.st is not None and view.st.contiguous and x.shape == view.shape else None),
+  # a view whose mask is empty on some axis reads nothing: zero
+  (UPat(Ops.VIEW, name="view", src=(UPat(GroupOp.All - {Ops.DEVICE}),)),
+   lambda view: view.const_like(0) if (mask := view.st.views[-1].mask) is not None and any((m[1] - m[0]) == 0 for m in mask) else None),
+])
+
+
+def _view_before_elementwise(e: UOp, vm: UOp) -> UOp:
+  return e.replace(src=tuple(s if s.st is None else s.view(vm.st) if s is s.base else s.base.view(s.st + vm.st) for s in e.src))
+
+
+# push views toward the leaves of a kernel
+view_left = merge_views + PatternMatcher([
+  # a view of a constant becomes a VALID select
+  (UPat(Ops.VIEW, name="vm", src=(UPat((Ops.CONST, Ops.DEFINE_VAR), name="x"),)), lambda vm, x: x.valid(vm.st)),
+  (UPat(Ops.VIEW, name="vm", src=(UPat({*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.ASSIGN}, name="e"),)), _view_before_elementwise),
+  (UPat(Ops.VIEW, name="vm", src=(UPat(Ops.BUFFER, name="b"),)), lambda b, vm: b.view(b.st + vm.st) if b.st + vm.st != vm.st else None),
+])
