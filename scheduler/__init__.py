@@ -1,1 +1,10 @@
-"""The compiler under test."""
+"""The compiler under test: a lazy Tensor, the UOp IR, the kernel scheduler, lowering and devices."""
+from scheduler.dtype import dtypes, DType
+from scheduler.helpers import Context, ContextVar, getenv
+from scheduler.symbolic import Variable
+from scheduler.device import Device
+from scheduler.tensor import Tensor
+from scheduler.ops import UOp, Ops
+from scheduler import nn
+
+__all__ = ["Tensor", "dtypes", "DType", "Variable", "Context", "ContextVar", "Device", "UOp", "Ops", "getenv", "nn"]

@@ -361,6 +361,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
   def r(self, op: Ops, axis: tuple[int, ...]) -> UOp:
     axis = tuple(sorted(x for x in axis if resolve(self.shape[x] != 1)))
     return self if len(axis) == 0 else UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axis))
+  def threefry(self, seed: UOp) -> UOp: return UOp(Ops.THREEFRY, dtypes.uint64, (self, seed))
   def contiguous(self) -> UOp: return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
   def contiguous_backward(self) -> UOp: return UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self,))
   def detach(self) -> UOp: return UOp(Ops.DETACH, self.dtype, (self,))
@@ -378,18 +379,11 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   # ***** views and movement ops (all movement ops become one VIEW on the base) *****
 
-  def view(self, new_st: ShapeTracker) -> UOp:
-    if self.st is None: return UOp(Ops.VIEW, self.dtype, (self,), new_st)
-    ret = UOp(Ops.VIEW, self.dtype, (self.base,), new_st)
-    # fold views of nothing to a zero constant, and identity views to the base
-    if self.st.size == 0 or (new_st.views[-1].mask is not None and any((x[1] - x[0]) == 0 for x in new_st.views[-1].mask)):
-      return ret.const_like(0)
-    if new_st.contiguous and self.base.shape == new_st.shape: return self.base
-    return ret
+  def view(self, new_st: ShapeTracker) -> UOp: return UOp(Ops.VIEW, self.dtype, (self.base,), new_st)
 
   def _mop(self, op: Ops, arg) -> UOp:
-    ret = self.view(unwrap(self.st).mop(op, arg))
-    return self if self.st == ret.st else ret
+    ret = UOp(op, self.dtype, (self,), arg)
+    return self if self.st == ret.st else ret  # computing ret.st also validates the movement
 
   def reshape(self, arg: tuple) -> UOp: return self._mop(Ops.RESHAPE, arg)
   def pad(self, arg: tuple) -> UOp: return self._mop(Ops.PAD, arg)
@@ -719,6 +713,8 @@ merge_views = PatternMatcher([
   # a contiguous view with the shape of its source does nothing
   (UPat(Ops.VIEW, name="view", src=(UPat(GroupOp.All - {Ops.DEVICE}, name="x"),)),
    lambda x, view: x if x.st is not None and view.st.contiguous and x.shape == view.shape else None),
+  # movement ops are one view on the base
+  (UPat(GroupOp.Movement, src=(UPat.var("x"),), name="mop"), lambda mop, x: x.view(mop.st)),
   # a view whose mask is empty on some axis reads nothing: zero
   (UPat(Ops.VIEW, name="view", src=(UPat(GroupOp.All - {Ops.DEVICE}),)),
    lambda view: view.const_like(0) if (mask := view.st.views[-1].mask) is not None and any((m[1] - m[0]) == 0 for m in mask) else None),

@@ -1,0 +1,165 @@
+"""PYTHON device: evaluates kernel ASTs directly with numpy, vectorized over whole views.
+
+An independent oracle for the C path (it shares nothing with it below the AST) and the fallback
+device where no C compiler exists. Integer division, modulo, casts and comparisons follow C.
+"""
+from __future__ import annotations
+import functools
+from typing import Any, Callable
+import numpy as np
+from scheduler.dtype import DType, dtypes, to_np_dtype
+from scheduler.device import HostDevice, Buffer
+from scheduler.ops import UOp, Ops, sym_infer
+from scheduler.shape.shapetracker import ShapeTracker
+
+
+def open_device(name: str) -> "PythonDevice": return PythonDevice(name)
+
+
+class PythonDevice(HostDevice):
+  def compile(self, ast: UOp, name: str) -> Callable:
+    return functools.partial(run_ast, ast)
+
+
+# ***** C semantics on numpy arrays *****
+
+def c_idiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  b_safe = np.where(b == 0, 1, b)
+  q = np.abs(a) // np.abs(b_safe)
+  return np.where(b == 0, 0, np.where((a < 0) != (b_safe < 0), -q, q))
+
+
+def c_mod(a, b): return a - c_idiv(a, b) * b
+
+
+def threefry2x32(x: np.ndarray, key: np.ndarray) -> np.ndarray:
+  """Threefry-2x32 with 20 rounds on uint64 counters and keys (the key schedule the reference uses)."""
+  x, key = x.astype(np.uint64), key.astype(np.uint64)
+  m32 = np.uint64(0xffffffff)
+  x0, x1 = (x & m32).astype(np.uint32), ((x >> np.uint64(32)) & m32).astype(np.uint32)
+  k0, k1 = (key & m32).astype(np.uint32), ((key >> np.uint64(32)) & m32).astype(np.uint32)
+  ks = [k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA), k0]
+  rot = [[13, 15, 26, 6], [17, 29, 16, 24]]
+  a, b = x0 + ks[2], x1 + ks[0]
+  for i in range(5):
+    for r in rot[i % 2]:
+      a = a + b
+      b = a ^ ((b << np.uint32(r)) | (b >> np.uint32(32 - r)))
+    a, b = a + ks[i % 3], b + ks[(i + 1) % 3] + np.uint32(i + 1)
+  return (b.astype(np.uint64) << np.uint64(32)) | a.astype(np.uint64)
+
+
+def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
+  npdt = to_np_dtype(dtype)
+  if dtype == dtypes.bool: return x != 0
+  if dtypes.is_int(dtype) and x.dtype.kind == "f":
+    # C truncates toward zero; out-of-range values are undefined there, wrap them here
+    with np.errstate(all="ignore"): return np.trunc(np.nan_to_num(x, nan=0, posinf=0, neginf=0)).astype(np.int64).astype(npdt)
+  return x.astype(npdt)
+
+
+_alu: dict[Ops, Callable] = {
+  Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.MAX: lambda a, b: np.where(a > b, a, b),
+  Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.XOR: np.bitwise_xor, Ops.OR: np.bitwise_or, Ops.AND: np.bitwise_and,
+  Ops.SHL: np.left_shift, Ops.SHR: np.right_shift, Ops.IDIV: c_idiv, Ops.MOD: c_mod,
+  Ops.NEG: np.negative, Ops.RECIP: lambda x: np.reciprocal(x), Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt,
+  Ops.WHERE: np.where, Ops.THREEFRY: threefry2x32, Ops.FDIV: np.divide,
+}
+
+
+# ***** index expressions *****
+
+def eval_index(u: UOp, ranges: dict[int, np.ndarray], var_vals: dict[UOp, int], cache: dict) -> Any:
+  if u in cache: return cache[u]
+  if u.op is Ops.CONST: ret = u.arg
+  elif u.op is Ops.RANGE: ret = ranges[u.arg]
+  elif u.op is Ops.DEFINE_VAR: ret = var_vals[u] if u in var_vals else _var_by_name(u, var_vals)
+  elif u.op is Ops.BIND: ret = u.src[1].arg
+  else:
+    srcs = [eval_index(s, ranges, var_vals, cache) for s in u.src]
+    if u.op in (Ops.AND, Ops.OR) and u.dtype == dtypes.bool:
+      ret = np.logical_and(*srcs) if u.op is Ops.AND else np.logical_or(*srcs)
+    elif u.op is Ops.CAST: ret = srcs[0]
+    else: ret = _alu[u.op](*[np.asarray(s, dtype=np.int64) if not isinstance(s, (bool, np.bool_)) and
+                            (not isinstance(s, np.ndarray) or s.dtype != np.bool_) else s for s in srcs])
+  cache[u] = ret
+  return ret
+
+
+def _var_by_name(u: UOp, var_vals: dict[UOp, int]) -> int:
+  for k, v in var_vals.items():
+    if k.arg == u.arg: return v
+  raise KeyError(f"no value for variable {u.arg[0]}")
+
+
+def concrete(x, var_vals: dict[UOp, int]) -> int:
+  if not isinstance(x, UOp): return x
+  return int(sym_infer(x.substitute({k: k.const_like(v) for k, v in var_vals.items()}), {}))
+
+
+def indexed_view(st: ShapeTracker, var_vals: dict[UOp, int]) -> tuple[tuple, np.ndarray, np.ndarray]:
+  """(shape, flat index, valid) arrays for every position of a view."""
+  shape = tuple(concrete(s, var_vals) for s in st.shape)
+  idx_u, valid_u = st.to_indexed_uops()
+  ranges = {i: np.arange(s).reshape((1,) * i + (s,) + (1,) * (len(shape) - i - 1)) for i, s in enumerate(shape)}
+  cache: dict = {}
+  idx = np.broadcast_to(np.asarray(eval_index(idx_u, ranges, var_vals, cache), dtype=np.int64), shape)
+  valid = np.broadcast_to(np.asarray(eval_index(valid_u, ranges, var_vals, cache), dtype=np.bool_), shape)
+  return shape, idx, valid
+
+
+# ***** kernels *****
+
+def run_ast(ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
+  arrays = [b.as_array() for b in bufs]
+  values: dict[UOp, Any] = {}
+  with np.errstate(all="ignore"):
+    for u in ast.toposort:
+      values[u] = _eval(u, values, arrays, var_vals)
+
+
+def _eval(u: UOp, values: dict[UOp, Any], arrays: list[np.ndarray], var_vals: dict[UOp, int]) -> Any:
+  op = u.op
+  if op in (Ops.SINK, Ops.DEFINE_GLOBAL, Ops.VIEW): return None
+  if op is Ops.CONST:
+    val = np.array(u.arg, dtype=to_np_dtype(u.dtype))
+    if u.src: return np.broadcast_to(val, tuple(concrete(s, var_vals) for s in u.src[0].arg.shape))
+    return val
+  if op is Ops.DEFINE_VAR: return np.array(_var_by_name(u, var_vals) if u not in var_vals else var_vals[u], dtype=to_np_dtype(u.dtype))
+  if op is Ops.VALID:
+    _, _, valid = indexed_view(u.src[0].arg, var_vals)
+    return valid
+  if op is Ops.LOAD:
+    shape, idx, valid = indexed_view(u.src[1].arg, var_vals)
+    data = arrays[u.src[0].arg]
+    if data.size == 0: return np.zeros(shape, dtype=to_np_dtype(u.dtype))
+    return np.where(valid, data[np.where(valid, idx, 0)], np.zeros((), dtype=data.dtype))
+  if op is Ops.STORE:
+    shape, idx, valid = indexed_view(u.src[1].arg, var_vals)
+    val = np.broadcast_to(values[u.src[2]], shape)
+    arrays[u.src[0].arg][idx[valid]] = val[valid]
+    return None
+  if op is Ops.REDUCE_AXIS:
+    x = values[u.src[0]]
+    axes = u.arg[1]
+    if u.arg[0] is Ops.ADD: return np.add.reduce(x, axis=axes, keepdims=True, dtype=x.dtype)
+    if u.arg[0] is Ops.MUL: return np.multiply.reduce(x, axis=axes, keepdims=True, dtype=x.dtype)
+    # MAX like C's (a > b ? a : b) accumulation, starting from the lowest value
+    return np.max(x, axis=axes, keepdims=True) if x.dtype.kind != "f" or not np.isnan(x).any() else _c_max_reduce(x, axes)
+  if op is Ops.CAST: return _cast(np.asarray(values[u.src[0]]), u.dtype)
+  if op is Ops.BITCAST: return np.ascontiguousarray(values[u.src[0]]).view(to_np_dtype(u.dtype))
+  if op in _alu:
+    srcs = [values[s] for s in u.src]
+    if op is Ops.WHERE: return np.where(srcs[0], srcs[1], srcs[2]).astype(to_np_dtype(u.dtype), copy=False)
+    if op in (Ops.SHL, Ops.SHR): srcs[1] = np.asarray(srcs[1]).astype(np.asarray(srcs[0]).dtype)
+    return np.asarray(_alu[op](*srcs)).astype(to_np_dtype(u.dtype), copy=False)
+  raise NotImplementedError(f"PYTHON device cannot run {op}")
+
+
+def _c_max_reduce(x: np.ndarray, axes: tuple) -> np.ndarray:
+  moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
+  flat = moved.reshape(moved.shape[:x.ndim - len(axes)] + (-1,))
+  acc = np.full(flat.shape[:-1], -np.inf, dtype=x.dtype)
+  for i in range(flat.shape[-1]): acc = np.where(flat[..., i] > acc, flat[..., i], acc)
+  out_shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+  return acc.reshape(out_shape)

@@ -1,0 +1,169 @@
+"""Devices and buffers: the registry that finds `runtimes/<name>.py` by device name, `Buffer`, and the
+base classes and on-disk cache that the runtimes implement.
+
+Sits below the scheduler's realize step; the scheduler only ever names devices as strings.
+"""
+from __future__ import annotations
+import hashlib, importlib, os, pathlib, shutil, sys, tempfile
+from typing import Any, Optional
+import numpy as np
+from scheduler.dtype import DType, dtypes, to_np_dtype
+
+
+class DeviceError(RuntimeError):
+  """A device could not be opened, or a buffer operation is not possible on it."""
+
+
+class _Device:
+  """`Device["CPU"]` opens (once) the runtime for a device name; `Device.DEFAULT` is the default name."""
+  _names = ("CPU", "PYTHON", "NPY", "DISK")
+
+  def __init__(self):
+    self._opened: dict[str, Any] = {}
+    self._default: Optional[str] = None
+
+  @staticmethod
+  def canonicalize(device: Optional[str]) -> str:
+    if device is None: return Device.DEFAULT
+    if not isinstance(device, str): raise TypeError(f"device must be a string, got {device!r}")
+    if device.upper().startswith("DISK:"): return "DISK:" + device[5:]
+    dev = device.split(":")[0].upper()
+    if dev not in _Device._names: raise DeviceError(f"unknown device {device!r}; known devices: {', '.join(_Device._names)}")
+    return dev
+
+  def __getitem__(self, name: str):
+    name = self.canonicalize(name)
+    if name not in self._opened:
+      base = name.split(":")[0]
+      module = importlib.import_module(f"runtimes.{base.lower()}")
+      self._opened[name] = module.open_device(name)
+    return self._opened[name]
+
+  @property
+  def DEFAULT(self) -> str:
+    if self._default is None:
+      env = os.getenv("DEVICE")
+      if env: self._default = self.canonicalize(env)
+      elif find_c_compiler() is not None: self._default = "CPU"
+      else:
+        print("warning: no C compiler found (set CC); using the PYTHON (numpy) device", file=sys.stderr)
+        self._default = "PYTHON"
+    return self._default
+
+  @DEFAULT.setter
+  def DEFAULT(self, name: str): self._default = self.canonicalize(name)
+
+
+Device = _Device()
+
+
+def find_c_compiler() -> Optional[str]:
+  cc = os.getenv("CC", "cc")
+  return shutil.which(cc)
+
+
+class Buffer:
+  """Memory of `size` elements of `dtype` on a device, allocated on first use; views share their base's memory."""
+  def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, base: Optional[Buffer] = None, offset: int = 0):
+    if size < 0: raise ValueError(f"buffer size must be non-negative, got {size}")
+    self.device, self.size, self.dtype, self.offset = device, size, dtype, offset
+    self._base = base
+    self._mem: Optional[np.ndarray] = None  # flat uint8 memory
+    if base is not None:
+      if offset + self.nbytes > base.nbytes: raise ValueError(f"buffer view of {self.nbytes} bytes at {offset} exceeds base of {base.nbytes}")
+    if opaque is not None: self.allocate(opaque)
+
+  @property
+  def base(self) -> Buffer: return self._base.base if self._base is not None else self
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+
+  def is_allocated(self) -> bool: return self._base.is_allocated() if self._base is not None else self._mem is not None
+
+  def ensure_allocated(self) -> Buffer: return self if self.is_allocated() else self.allocate()
+
+  def allocate(self, opaque: Any = None) -> Buffer:
+    if self._base is not None:
+      self._base.ensure_allocated()
+      return self
+    if opaque is not None:
+      arr = np.ascontiguousarray(opaque) if isinstance(opaque, np.ndarray) else np.frombuffer(opaque, dtype=np.uint8)
+      mem = arr.reshape(-1).view(np.uint8)
+      if mem.nbytes != self.nbytes: raise ValueError(f"buffer of {self.nbytes} bytes given {mem.nbytes} bytes")
+      self._mem = mem
+    else:
+      self._mem = Device[self.device].allocate(self.nbytes)
+    return self
+
+  @property
+  def mem(self) -> np.ndarray:
+    """The flat bytes of this buffer (a view into the base's memory)."""
+    if self._base is not None: return self._base.mem[self.offset:self.offset + self.nbytes]
+    if self._mem is None: raise DeviceError(f"buffer on {self.device} of {self.size} {self.dtype} is not allocated")
+    return self._mem
+
+  def numpy(self) -> np.ndarray:
+    """A copy of the contents as a 1-D numpy array of the buffer's dtype."""
+    return self.mem.view(to_np_dtype(self.dtype)).copy()
+
+  def as_array(self) -> np.ndarray:
+    """The contents as a writable 1-D numpy array sharing memory with the buffer."""
+    return self.mem.view(to_np_dtype(self.dtype))
+
+  def copyin(self, data: np.ndarray | bytes | memoryview) -> Buffer:
+    src = np.frombuffer(bytes(data), dtype=np.uint8) if not isinstance(data, np.ndarray) else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    if src.nbytes != self.nbytes: raise ValueError(f"copyin of {src.nbytes} bytes into a buffer of {self.nbytes}")
+    self.ensure_allocated()
+    self.mem[:] = src
+    return self
+
+  def copyout(self) -> bytes: return self.mem.tobytes()
+
+  def view(self, size: int, dtype: DType, offset: int) -> Buffer:
+    """A buffer over part of this one's memory: `offset` in bytes."""
+    return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)
+
+  def __repr__(self):
+    return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype}" + (f" offset:{self.offset}" if self._base is not None else "") + ">"
+
+  def __reduce__(self):
+    data = self.numpy() if self.is_allocated() else None
+    return _rebuild_buffer, (self.device, self.size, self.dtype.name, data)
+
+
+def _rebuild_buffer(device: str, size: int, dtype_name: str, data) -> Buffer:
+  from scheduler.dtype import _dtype_by_name
+  buf = Buffer(device, size, _dtype_by_name(dtype_name))
+  if data is not None: buf.allocate(np.array(data, copy=True))
+  return buf
+
+
+class HostDevice:
+  """A device whose memory is host memory (numpy bytes): the base of CPU, PYTHON and NPY."""
+  def __init__(self, name: str): self.name = name
+  def allocate(self, nbytes: int) -> np.ndarray: return np.zeros(max(nbytes, 0), dtype=np.uint8)
+  def synchronize(self): pass
+
+
+# ***** the on-disk cache of compiled programs *****
+
+def cache_dir() -> pathlib.Path:
+  root = os.getenv("COMPILE_CACHE_DIR") or os.path.join(os.getenv("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "process-replay")
+  return pathlib.Path(root)
+
+
+def cached_build(kind: str, source: str, build) -> pathlib.Path:
+  """The path of `build(source, out_path)`'s product, built at most once per source hash (also across processes)."""
+  digest = hashlib.sha256(source.encode()).hexdigest()
+  folder = cache_dir() / kind
+  folder.mkdir(parents=True, exist_ok=True)
+  path = folder / f"{digest}.so"
+  if not path.exists():
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    os.close(fd)
+    try:
+      build(source, tmp)
+      os.replace(tmp, path)  # atomic: a concurrent builder never sees a half-written file
+    finally:
+      if os.path.exists(tmp): os.unlink(tmp)
+  return path

@@ -1,0 +1,24 @@
+"""The capture hook: the one place the compiler calls out to the replay harness.
+
+A capture point costs one flag check when `CAPTURE_PROCESS_REPLAY` is off. When it is on, the
+harness's `replay.capture` module is imported lazily (the compiler never imports it otherwise) and
+records the point's inputs and outputs once the captured call returns.
+"""
+from __future__ import annotations
+from typing import Any
+from scheduler.helpers import CAPTURE_PROCESS_REPLAY
+
+
+class _NoCapture:
+  def __enter__(self): return self
+  def __exit__(self, *exc): return False
+  def set_output(self, output: Any) -> None: pass
+
+
+_NO_CAPTURE = _NoCapture()
+
+def capture_point(kind: str, *inputs: Any, **meta: Any):
+  """Context manager around one captured call: `with capture_point("schedule", sink) as cap: ...; cap.set_output(out)`."""
+  if not CAPTURE_PROCESS_REPLAY: return _NO_CAPTURE
+  from replay.capture import CapturePoint
+  return CapturePoint(kind, inputs, meta)

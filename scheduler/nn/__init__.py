@@ -1,0 +1,1 @@
+"""Neural-network layers (arriving with the corpus issue)."""

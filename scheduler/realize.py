@@ -1,0 +1,52 @@
+"""Running a schedule: each ScheduleItem becomes a runnable item (a compiled kernel, a COPY, a
+BUFFER_VIEW) and runs in order. Lowered programs are cached by device and AST key.
+
+Sits between the scheduler and the runtimes.
+"""
+from __future__ import annotations
+from typing import Callable
+from scheduler.device import Device, Buffer
+from scheduler.ops import UOp, Ops
+from scheduler.codegen.naming import kernel_name
+
+
+class KernelError(RuntimeError):
+  """A kernel failed to compile or run; the message names the kernel and the device."""
+
+
+_program_cache: dict[tuple[str, bytes], Callable] = {}
+
+
+def get_program(device: str, ast: UOp) -> Callable:
+  key = (device, ast.key)
+  if (prg := _program_cache.get(key)) is None:
+    name = kernel_name(ast)
+    try: prg = Device[device].compile(ast, name)
+    except KernelError: raise
+    except Exception as e: raise KernelError(f"kernel {name} failed to compile on {device}: {type(e).__name__}: {e}") from e
+    _program_cache[key] = prg
+  return prg
+
+
+def _run_copy(dest: Buffer, src: Buffer) -> None:
+  if dest.nbytes != src.nbytes:
+    raise KernelError(f"COPY between buffers of different sizes: {src} -> {dest}")
+  dest.ensure_allocated()
+  dest.mem[:] = src.mem
+
+
+def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None) -> None:
+  var_vals = var_vals or {}
+  for si in schedule:
+    for b in si.bufs: b.ensure_allocated()
+    ast = si.ast
+    if ast.op is Ops.COPY: _run_copy(si.bufs[0], si.bufs[1])
+    elif ast.op in (Ops.BUFFER_VIEW, Ops.EMPTY): pass  # views share their base's memory; EMPTY needs nothing
+    elif ast.op is Ops.SINK:
+      device = si.bufs[0].device
+      prg = get_program(device, ast)
+      try: prg(list(si.bufs), {k: v for k, v in var_vals.items()})
+      except KernelError: raise
+      except Exception as e:
+        raise KernelError(f"kernel {kernel_name(ast)} failed on {device}: {type(e).__name__}: {e}") from e
+    else: raise KernelError(f"cannot run a schedule item of kind {ast.op}")
