@@ -88,7 +88,7 @@ class dtypes:
   def as_const(val, dtype: DType):
     if isinstance(val, tuple): return tuple(dtypes.as_const(x, dtype) for x in val)
     if not isinstance(val, (int, float, bool)): return val  # symbolic
-    if dtypes.is_int(dtype): return int(val)
+    if dtypes.is_int(dtype): return truncate_const(int(val), dtype)
     if dtypes.is_float(dtype): return float(val)
     return bool(val)
 

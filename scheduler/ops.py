@@ -243,6 +243,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     if self.op is Ops.BUFFER: return ShapeTracker.from_shape((self.arg[1],))
     if self.op is Ops.BUFFER_VIEW: return ShapeTracker.from_shape((self.arg[0],))
     if self.op in GroupOp.Movement: return unwrap(self.src[0].st).mop(self.op, self.arg)
+    if self.op in {Ops.CONST, Ops.DEFINE_VAR}: return self.src[0].st if self.src else None
     if self.op in {Ops.DEVICE, Ops.DEFINE_GLOBAL, Ops.KERNEL, Ops.SINK, Ops.RANGE, Ops.UNIQUE}: return None
     src_sts = [x.st for x in self.src if x.st is not None]
     if not src_sts: return None
@@ -326,7 +327,9 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     ret = UOp(Ops.CONST, dtype, arg=dtypes.as_const(b, dtype))
     if shape is not None:
       from scheduler.shape.shapetracker import ShapeTracker
-      ret = ret.replace(src=(UOp(Ops.VIEW, dtypes.void, (UOp(Ops.DEVICE, arg=device),) if device else (), ShapeTracker.from_shape(shape)),))
+      # a constant of any shape is a broadcast scalar: every stride is 0
+      st = ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(tuple(shape))
+      ret = ret.replace(src=(UOp(Ops.VIEW, dtypes.void, (UOp(Ops.DEVICE, arg=device),) if device else (), st),))
     return ret
 
   def const_like(self, b) -> UOp:

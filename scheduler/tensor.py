@@ -425,10 +425,11 @@ class Tensor(MathMixin):
     else: indices = [indices]
     indices = [i for i in indices]
     if (num_ellipsis := sum(i is Ellipsis for i in indices)) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
+    is_ellipsis = [i is Ellipsis for i in indices]
     num_slices = sum(1 for i in indices if i is not None and i is not Ellipsis)
     if num_slices > self.ndim: raise IndexError(f"too many indices for tensor of dimension {self.ndim}")
-    if num_ellipsis == 0: indices.append(Ellipsis)
-    ell = indices.index(Ellipsis)
+    if num_ellipsis == 0: indices, is_ellipsis = indices + [Ellipsis], is_ellipsis + [True]
+    ell = is_ellipsis.index(True)
     indices[ell:ell + 1] = [slice(None)] * (self.ndim - num_slices)
     # first pass: ints and slices become shrinks (with a flip and a stride for negative and >1 steps)
     dims_seen, mops_shrink, flips, strides, squeeze, new_axes, tensor_idx = 0, [], [], [], [], [], []
