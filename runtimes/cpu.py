@@ -1,0 +1,164 @@
+"""CPU device: renders a lowered kernel to C, compiles it with the system C compiler (`CC`, default
+`cc`) into a shared object cached on disk by source hash, and calls it through ctypes.
+
+Rendering is capture point **kernel**: (AST, device, options) in, (source, kernel name) out.
+"""
+from __future__ import annotations
+import ctypes, math, os, subprocess
+from typing import Callable
+import numpy as np
+from scheduler.dtype import DType, dtypes
+from scheduler.device import HostDevice, Buffer, cached_build, find_c_compiler, DeviceError
+from scheduler.ops import UOp, Ops
+from scheduler.codegen.lowerer import lower, Program
+from scheduler import hooks
+
+CFLAGS = ("-O2", "-shared", "-fPIC", "-fwrapv", "-std=c11", "-ffp-contract=off")
+
+
+def open_device(name: str) -> "CPUDevice": return CPUDevice(name)
+
+
+class CPUDevice(HostDevice):
+  def __init__(self, name: str):
+    super().__init__(name)
+    self._libs: list[ctypes.CDLL] = []
+
+  def render(self, ast: UOp) -> tuple[str, Program]:
+    """The C source of an AST and the lowered program it renders."""
+    with hooks.capture_point("kernel", ast, self.name, {"cflags": CFLAGS}) as cap:
+      prg = lower(ast)
+      src = render_c(prg)
+      cap.set_output((src, prg.name))
+    return src, prg
+
+  def compile(self, ast: UOp, name: str) -> Callable:
+    src, prg = self.render(ast)
+    name = prg.name
+    lib_path = cached_build("cpu", src + "\n// " + " ".join(CFLAGS), _compile_c)
+    lib = ctypes.CDLL(str(lib_path))
+    self._libs.append(lib)
+    fxn = getattr(lib, name)
+    fxn.restype = None
+    var_names = [v[0] for v in prg.variables]
+
+    def run(bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
+      by_name = {k.arg[0]: v for k, v in var_vals.items()}
+      missing = [n for n in var_names if n not in by_name]
+      if missing: raise DeviceError(f"kernel {name} needs values for variables {missing}")
+      args = [ctypes.c_void_p(b.mem.ctypes.data) for b in bufs] + [ctypes.c_int(by_name[n]) for n in var_names]
+      fxn(*args)
+    return run
+
+
+def _compile_c(src: str, out_path: str) -> None:
+  cc = find_c_compiler()
+  if cc is None: raise DeviceError("no C compiler found; set CC or use DEVICE=PYTHON")
+  proc = subprocess.run([cc, *CFLAGS, "-x", "c", "-", "-o", out_path, "-lm"], input=src.encode(), capture_output=True)
+  if proc.returncode != 0:
+    raise DeviceError(f"C compiler failed ({cc}):\n{proc.stderr.decode(errors='replace')[-2000:]}")
+
+
+# ***** rendering C *****
+
+_ctype = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+          dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+          dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.float32: "float", dtypes.float64: "double"}
+
+_PRELUDE = """#include <stdbool.h>
+#include <math.h>
+#include <string.h>
+static inline unsigned long long threefry2x32(unsigned long long x, unsigned long long key) {
+  unsigned int x0 = (unsigned int)(x & 0xffffffffu), x1 = (unsigned int)(x >> 32);
+  unsigned int k0 = (unsigned int)(key & 0xffffffffu), k1 = (unsigned int)(key >> 32);
+  unsigned int ks[3] = {k1, k0 ^ k1 ^ 0x1BD11BDAu, k0};
+  const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+  unsigned int a = x0 + ks[2], b = x1 + ks[0];
+  for (int i = 0; i < 5; i++) {
+    for (int j = 0; j < 4; j++) { int r = rot[i % 2][j]; a = a + b; b = a ^ ((b << r) | (b >> (32 - r))); }
+    a = a + ks[i % 3]; b = b + ks[(i + 1) % 3] + (unsigned int)(i + 1);
+  }
+  return ((unsigned long long)b << 32) | (unsigned long long)a;
+}
+"""
+
+
+def render_const(val, dtype: DType) -> str:
+  if dtypes.is_float(dtype):
+    if math.isnan(val): lit = "NAN"
+    elif math.isinf(val): lit = "INFINITY" if val > 0 else "(-INFINITY)"
+    else: lit = repr(float(val))
+    if dtype == dtypes.float64: return lit if lit in ("NAN", "INFINITY", "(-INFINITY)") else lit
+    if dtype == dtypes.float32: return f"{lit}f" if lit not in ("NAN", "INFINITY", "(-INFINITY)") else f"((float){lit})"
+    return f"((_Float16){lit})"
+  if dtype == dtypes.bool: return "1" if val else "0"
+  if dtypes.is_unsigned(dtype): return f"(({_ctype[dtype]}){int(val)}ull)"
+  if dtype == dtypes.int64: return f"((long long){int(val)}ll)" if val != dtypes.min(dtype) else "(-9223372036854775807ll-1)"
+  return f"(({_ctype[dtype]}){int(val)})" if val != -2**31 else "((int)(-2147483647-1))"
+
+
+_math = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}
+
+
+def render_c(prg: Program) -> str:
+  names: dict[int, str] = {}
+  lines: list[str] = []
+  indent = 1
+
+  def line(s: str): lines.append("  " * indent + s)
+  for i, x in enumerate(prg.instrs):
+    op, ctype = x.op, _ctype.get(x.dtype, "void")
+    s = [names[j] for j in x.src]
+    if op is Ops.CONST: names[i] = render_const(x.arg, x.dtype)
+    elif op is Ops.DEFINE_GLOBAL: names[i] = f"data{x.arg}"
+    elif op is Ops.DEFINE_VAR: names[i] = x.arg[0]
+    elif op is Ops.RANGE:
+      names[i] = f"ridx{i}"
+      line(f"for (int ridx{i} = {s[0]}; ridx{i} < {s[1]}; ridx{i}++) {{")
+      indent += 1
+    elif op is Ops.ENDRANGE:
+      indent -= 1
+      line("}")
+    elif op is Ops.DEFINE_ACC:
+      names[i] = f"acc{i}"
+      line(f"{ctype} acc{i} = {s[0]};")
+    elif op is Ops.ASSIGN: line(f"{s[0]} = {s[1]};")
+    elif op is Ops.LOAD:
+      names[i] = f"val{i}"
+      read = f"{s[0]}[{s[1]}]"
+      line(f"{ctype} val{i} = {read};" if s[2] == "1" else f"{ctype} val{i} = ({s[2]}) ? {read} : ({ctype})0;")
+    elif op is Ops.STORE:
+      write = f"{s[0]}[{s[1]}] = {s[3]};"
+      line(write if s[2] == "1" else f"if ({s[2]}) {write}")
+    elif op is Ops.BITCAST:
+      names[i] = f"val{i}"
+      src_t = _ctype[prg.instrs[x.src[0]].dtype]
+      line(f"{src_t} cast_src{i} = {s[0]}; {ctype} val{i}; memcpy(&val{i}, &cast_src{i}, sizeof(val{i}));")
+    else:
+      names[i] = f"alu{i}"
+      line(f"{ctype} alu{i} = {_render_alu(op, x.dtype, s, [prg.instrs[j].dtype for j in x.src])};")
+  params = [f"{_ctype[dt]}* restrict data{idx}" for idx, dt, _ in prg.globals] + [f"int {v[0]}" for v in prg.variables]
+  body = "\n".join(lines)
+  return f"{_PRELUDE}\nvoid {prg.name}({', '.join(params)}) {{\n{body}\n}}\n"
+
+
+def _render_alu(op: Ops, dtype: DType, s: list[str], src_dtypes: list[DType]) -> str:
+  ct = _ctype[dtype]
+  if op is Ops.CAST: return f"({ct})({s[0]})"
+  if op in _math:
+    fn = _math[op] + ("" if dtype == dtypes.float64 else "f")
+    return f"({ct}){fn}((float)({s[0]}))" if dtype == dtypes.float16 else f"{fn}({s[0]})"
+  if op is Ops.RECIP: return f"(({ct})1/({s[0]}))"
+  if op is Ops.NEG: return f"(-{s[0]})"
+  if op is Ops.MAX: return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
+  if op is Ops.WHERE: return f"(({s[0]})?{s[1]}:{s[2]})"
+  if op is Ops.THREEFRY: return f"threefry2x32({s[0]}, {s[1]})"
+  if op is Ops.IDIV: return f"(({s[1]})==0?({ct})0:({s[0]}/{s[1]}))"
+  if op is Ops.MOD: return f"(({s[1]})==0?({ct})0:({s[0]}%{s[1]}))"
+  infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.XOR: "^", Ops.OR: "|", Ops.AND: "&",
+           Ops.SHL: "<<", Ops.SHR: ">>", Ops.FDIV: "/"}
+  if op in infix:
+    expr = f"({s[0]}{infix[op]}{s[1]})"
+    # arithmetic on narrow types happens in int in C: bring the result back to the op's type
+    return f"({ct}){expr}" if op not in (Ops.CMPLT, Ops.CMPNE) else expr
+  raise NotImplementedError(f"C renderer has no rule for {op}")

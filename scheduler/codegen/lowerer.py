@@ -1,0 +1,171 @@
+"""Lowering a kernel AST to a linear program: loops over the output axes, accumulator loops for each
+REDUCE_AXIS, and loads and stores whose index and valid expressions come from the ShapeTracker,
+simplified with the symbolic rules.
+
+Sits between the scheduler (which makes the AST) and a renderer (`runtimes/cpu.py` renders C). The
+program depends on nothing about the device: the same AST always lowers to the same instructions.
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from typing import Any, Optional
+from scheduler.dtype import DType, dtypes, PtrDType
+from scheduler.ops import UOp, Ops, GroupOp, identity_element, sint_to_uop
+from scheduler.codegen.naming import kernel_name, full_shape
+from scheduler.shape.shapetracker import ShapeTracker
+
+
+@dataclass(frozen=True)
+class Instr:
+  """One instruction; `src` holds the indices of earlier instructions."""
+  op: Ops
+  dtype: DType
+  src: tuple[int, ...] = ()
+  arg: Any = None
+
+
+@dataclass
+class Program:
+  name: str
+  instrs: list[Instr]
+  globals: list[tuple[int, DType, int]]  # (index, element dtype, size)
+  variables: list[tuple[str, int, int]]  # (name, min, max), the order of the kernel arguments after the buffers
+
+  def listing(self) -> str:
+    return "\n".join(f"{i:4d} {x.op.name:<13} {x.dtype!r:<22} {list(x.src)!s:<16} {x.arg!r}" for i, x in enumerate(self.instrs))
+
+
+class LoweringError(RuntimeError):
+  """The AST has a form the lowerer does not know."""
+
+
+class _Lowerer:
+  def __init__(self, ast: UOp):
+    self.ast = ast
+    self.instrs: list[Instr] = []
+    self.consts: dict[tuple, int] = {}
+    self.scopes: list[dict[UOp, int]] = [{}]
+    self.ranges: list[dict[int, int]] = [{}]
+    self.vars: dict[str, int] = {}
+    self.globals: dict[int, int] = {}
+
+  def emit(self, op: Ops, dtype: DType, src: tuple[int, ...] = (), arg: Any = None) -> int:
+    self.instrs.append(Instr(op, dtype, src, arg))
+    return len(self.instrs) - 1
+
+  def const(self, val, dtype: DType) -> int:
+    key = (val, dtype, type(val))
+    if key not in self.consts: self.consts[key] = self.emit(Ops.CONST, dtype, (), val)
+    return self.consts[key]
+
+  def lookup(self, u: UOp) -> Optional[int]:
+    for scope in reversed(self.scopes):
+      if u in scope: return scope[u]
+    return None
+
+  def range_of(self, axis: int) -> int:
+    for scope in reversed(self.ranges):
+      if axis in scope: return scope[axis]
+    raise LoweringError(f"axis {axis} has no loop in scope")
+
+  # ***** index math *****
+
+  def index_expr(self, u: UOp) -> int:
+    """Emit an already simplified integer or bool expression over RANGEs and variables."""
+    if (got := self.lookup(u)) is not None: return got
+    if u.op is Ops.CONST: ret = self.const(u.arg, u.dtype)
+    elif u.op is Ops.RANGE: ret = self.range_of(u.arg)
+    elif u.op is Ops.DEFINE_VAR: ret = self.variable(u)
+    elif u.op in GroupOp.ALU or u.op is Ops.CAST: ret = self.emit(u.op, u.dtype, tuple(self.index_expr(s) for s in u.src), None)
+    else: raise LoweringError(f"{u.op} in an index expression")
+    self.scopes[-1][u] = ret
+    return ret
+
+  def variable(self, u: UOp) -> int:
+    name = u.arg[0]
+    if name not in self.vars: self.vars[name] = self.emit(Ops.DEFINE_VAR, u.dtype, (), u.arg)
+    return self.vars[name]
+
+  def view_exprs(self, st: ShapeTracker) -> tuple[int, int]:
+    ranges = [UOp.const(dtypes.int32, 0) if _is_one(s) else UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), sint_to_uop(s)), i)
+              for i, s in enumerate(st.shape)]
+    idx, valid = st.to_indexed_uops(ranges)
+    return self.index_expr(idx.simplify()), self.index_expr(valid.simplify())
+
+  def define_global(self, g: UOp) -> int:
+    if g.arg not in self.globals: self.globals[g.arg] = self.emit(Ops.DEFINE_GLOBAL, g.dtype, (), g.arg)
+    return self.globals[g.arg]
+
+  # ***** loops *****
+
+  def open_loops(self, axes: list[int], shape: tuple) -> list[int]:
+    self.scopes.append({})
+    self.ranges.append({})
+    opened = []
+    for a in axes:
+      end = shape[a]
+      end_id = self.const(end, dtypes.int32) if isinstance(end, int) else self.index_expr(end.simplify())
+      rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), end_id), a)
+      self.ranges[-1][a] = rng
+      opened.append(rng)
+    return opened
+
+  def close_loops(self, opened: list[int]) -> None:
+    for rng in reversed(opened): self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
+    self.scopes.pop()
+    self.ranges.pop()
+
+  # ***** values *****
+
+  def value(self, u: UOp) -> int:
+    if (got := self.lookup(u)) is not None: return got
+    op = u.op
+    if op is Ops.CONST: ret = self.const(u.arg, u.dtype)
+    elif op is Ops.DEFINE_VAR: ret = self.variable(u)
+    elif op is Ops.VALID: ret = self.view_exprs(u.src[0].arg)[1]
+    elif op is Ops.LOAD:
+      idx, valid = self.view_exprs(u.src[1].arg)
+      ret = self.emit(Ops.LOAD, u.dtype, (self.define_global(u.src[0]), idx, valid))
+    elif op is Ops.REDUCE_AXIS: ret = self.reduce(u)
+    elif op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
+      ret = self.emit(op, u.dtype, tuple(self.value(s) for s in u.src))
+    else: raise LoweringError(f"cannot lower {op} inside a kernel")
+    self.scopes[-1][u] = ret
+    return ret
+
+  def reduce(self, u: UOp) -> int:
+    red_op, axes = u.arg
+    in_shape = u.src[0].shape
+    acc = self.emit(Ops.DEFINE_ACC, u.dtype, (self.const(identity_element(red_op, u.dtype), u.dtype),))
+    opened = self.open_loops([a for a in axes if not _is_one(in_shape[a])], in_shape)
+    val = self.value(u.src[0])
+    if red_op is Ops.ADD: new = self.emit(Ops.ADD, u.dtype, (acc, val))
+    elif red_op is Ops.MUL: new = self.emit(Ops.MUL, u.dtype, (acc, val))
+    else: new = self.emit(Ops.MAX, u.dtype, (acc, val))
+    self.emit(Ops.ASSIGN, u.dtype, (acc, new))
+    self.close_loops(opened)
+    return acc
+
+  def store(self, s: UOp) -> None:
+    st: ShapeTracker = s.src[1].arg
+    idx, valid = self.view_exprs(st)
+    val = self.value(s.src[2])
+    self.emit(Ops.STORE, dtypes.void, (self.define_global(s.src[0]), idx, valid, val))
+
+
+def _is_one(s) -> bool: return isinstance(s, int) and s == 1
+
+
+def lower(ast: UOp) -> Program:
+  if ast.op is not Ops.SINK: raise LoweringError(f"only SINK kernels lower to programs, got {ast.op}")
+  lw = _Lowerer(ast)
+  for g in sorted((u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL), key=lambda g: g.arg): lw.define_global(g)
+  stores = [s for s in ast.src if s.op is Ops.STORE]
+  for s in stores:
+    out_shape = s.src[1].arg.shape
+    opened = lw.open_loops([i for i, d in enumerate(out_shape) if not _is_one(d)], out_shape)
+    lw.store(s)
+    lw.close_loops(opened)
+  globals_ = [(g.arg, g.dtype.base, g.dtype.size) for g in sorted({u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}, key=lambda g: g.arg)]
+  variables = sorted({u.arg for u in ast.toposort if u.op is Ops.DEFINE_VAR} |
+                     {v.arg for u in ast.toposort if u.op is Ops.VIEW for v in u.arg.vars() if v.op is Ops.DEFINE_VAR})
+  return Program(kernel_name(ast), lw.instrs, globals_, variables)
