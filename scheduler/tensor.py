@@ -196,7 +196,7 @@ class Tensor(MathMixin):
     if stop is None: stop, start = start, 0
     if step == 0: raise ValueError("arange step must not be 0")
     dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int))
-    if (output_len := ceildiv(stop - start, step)) <= 0: return Tensor([], dtype=dtype, **kwargs)
+    if (output_len := int(ceildiv(stop - start, step))) <= 0: return Tensor([], dtype=dtype, **kwargs)
     return (Tensor.full((output_len,), step, dtype=dtype, **kwargs)._cumalu(0, Ops.ADD) + (start - step)).cast(dtype)
 
   @staticmethod

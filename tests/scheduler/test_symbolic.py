@@ -1,0 +1,72 @@
+"""Symbolic simplification: random integer expressions over bounded variables evaluate the same
+before and after simplifying, and vmin/vmax bound every sampled value."""
+import itertools
+from hypothesis import given, settings, strategies as st
+from scheduler.ops import UOp, Ops, resolve, smax, smin, sym_infer
+from scheduler.symbolic import Variable, cdiv, cmod
+from scheduler.dtype import dtypes
+
+VARS = [Variable("a", 0, 7), Variable("b", -3, 5), Variable("c", 1, 12)]
+
+
+@st.composite
+def expr(draw, depth=0):
+  if depth > 3 or draw(st.integers(0, 3)) == 0:
+    return draw(st.sampled_from(VARS)) if draw(st.booleans()) else UOp.const(dtypes.int32, draw(st.integers(-6, 9)))
+  op = draw(st.sampled_from(["add", "mul", "div", "mod", "max", "lt"]))
+  a = draw(expr(depth + 1))
+  if op == "add": return a + draw(expr(depth + 1))
+  if op == "mul": return a * draw(st.integers(-3, 5))
+  if op == "div": return a // draw(st.integers(1, 6))
+  if op == "mod": return a % draw(st.integers(1, 6))
+  if op == "max": return a.maximum(draw(expr(depth + 1)))
+  return (a < draw(expr(depth + 1))).where(a, UOp.const(dtypes.int32, 3))
+
+
+def evaluate(u: UOp, env: dict) -> int:
+  if u.op is Ops.CONST: return u.arg
+  if u.op is Ops.DEFINE_VAR: return env[u.arg[0]]
+  s = [evaluate(x, env) for x in u.src]
+  return {Ops.ADD: lambda: s[0] + s[1], Ops.MUL: lambda: s[0] * s[1], Ops.IDIV: lambda: cdiv(s[0], s[1]), Ops.MOD: lambda: cmod(s[0], s[1]),
+          Ops.MAX: lambda: max(s[0], s[1]), Ops.CMPLT: lambda: s[0] < s[1], Ops.CMPNE: lambda: s[0] != s[1],
+          Ops.WHERE: lambda: s[1] if s[0] else s[2], Ops.AND: lambda: s[0] and s[1], Ops.OR: lambda: s[0] or s[1]}[u.op]()
+
+
+@settings(max_examples=400, deadline=None)
+@given(expr(), st.data())
+def test_simplify_keeps_value_and_bounds_hold(e, data):
+  simple = e.simplify()
+  for _ in range(8):
+    env = {v.arg[0]: data.draw(st.integers(v.arg[1], v.arg[2])) for v in VARS}
+    value = evaluate(e, env)
+    assert evaluate(simple, env) == value
+    assert e.vmin <= value <= e.vmax
+    assert simple.vmin <= value <= simple.vmax
+
+
+def test_identities_fold():
+  a = VARS[0]
+  assert (a + 0).simplify() is a
+  assert (a * 1).simplify() is a
+  assert (a * 0).simplify().arg == 0
+  assert (a // 1).simplify() is a
+  assert ((a * 4 + 3) // 4).simplify() is a
+  assert ((a * 4 + 3) % 4).simplify().arg == 3
+  assert (a + a).simplify().render() == "(a*2)"
+
+
+def test_resolve_and_sint_helpers():
+  a = VARS[0]
+  assert resolve(a < 8) and not resolve(a > 7, True)
+  assert resolve(a < 3, default=False) is False
+  assert smax(a, 10) == 10 and smin(3, a) is a
+  assert sym_infer(a * 3 + 1, {a: 2}) == 7
+
+
+def test_bind_and_unbind():
+  a = Variable("n", 1, 10)
+  bound = a.bind(4)
+  assert bound.unbind() == (a, 4)
+  import pytest
+  with pytest.raises(ValueError, match="out of range"): a.bind(11)
+  with pytest.raises(ValueError, match="integer bounds"): Variable("x", 5, 2)
