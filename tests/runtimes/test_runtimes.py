@@ -1,0 +1,83 @@
+"""The C runtime against the numpy runtime, the compile cache, determinism of the lowering, and the
+error a failing kernel raises."""
+import os, pathlib
+import numpy as np
+import pytest
+from scheduler import Tensor, Device, dtypes
+from scheduler.device import find_c_compiler, cache_dir
+from scheduler.codegen.lowerer import lower
+from scheduler.codegen.naming import kernel_name
+from scheduler.realize import KernelError, _program_cache
+from tests.conftest import reference_rows
+from tests.scheduler.test_reference_workloads import build
+
+needs_cc = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
+ROWS = [r for r in reference_rows() if r["n_kernels"] != "ERR"]
+
+
+def outputs_on(device: str, code: str) -> list[np.ndarray]:
+  old = Device.DEFAULT
+  Device.DEFAULT = device
+  try:
+    out = build(code)
+    Tensor.realize(*out)
+    return [o.numpy() for o in out]
+  finally: Device.DEFAULT = old
+
+
+@needs_cc
+@pytest.mark.parametrize("row", ROWS, ids=[r["name"] for r in ROWS])
+def test_cpu_matches_python_elementwise(row):
+  for c, p in zip(outputs_on("CPU", row["tensor_code"]), outputs_on("PYTHON", row["tensor_code"])):
+    assert c.dtype == p.dtype and c.shape == p.shape
+    np.testing.assert_allclose(c.astype(np.float64), p.astype(np.float64), rtol=1e-5, atol=1e-6)
+
+
+@needs_cc
+def test_same_ast_renders_the_same_source_and_name():
+  a = Tensor(np.arange(16, dtype=np.float32).reshape(4, 4)).realize()
+  ast = ((a * 2).sum(1)).schedule()[-1].ast
+  src1, prg1 = Device["CPU"].render(ast)
+  src2, prg2 = Device["CPU"].render(ast)
+  assert src1 == src2 and prg1.name == prg2.name == kernel_name(ast) == "r_4_4"
+  assert lower(ast).listing() == lower(ast).listing()
+
+
+@needs_cc
+def test_compile_cache_builds_a_kernel_once(tmp_path, monkeypatch):
+  monkeypatch.setenv("COMPILE_CACHE_DIR", str(tmp_path))
+  calls = []
+  import runtimes.cpu as cpu
+  real = cpu._compile_c
+  monkeypatch.setattr(cpu, "_compile_c", lambda src, out: (calls.append(1), real(src, out)))
+  ast = (Tensor(np.ones(7, np.float32)).realize() * 3.25).schedule()[-1].ast
+  Device["CPU"].compile(ast, "x")
+  Device["CPU"].compile(ast, "x")
+  assert len(calls) == 1 and len(list((tmp_path / "cpu").glob("*.so"))) == 1
+
+
+@needs_cc
+def test_compiler_failure_names_the_kernel_and_device(monkeypatch):
+  monkeypatch.setenv("CC", "false")
+  monkeypatch.setenv("COMPILE_CACHE_DIR", str(pathlib.Path(os.environ["COMPILE_CACHE_DIR"]) / "failing"))
+  old = Device.DEFAULT
+  Device.DEFAULT = "CPU"
+  try:
+    t = Tensor(np.ones(5, np.float32)).realize() * 17.5
+    with pytest.raises(KernelError, match=r"kernel E_5 failed to compile on CPU"): t.realize()
+  finally: Device.DEFAULT = old
+
+
+def test_disk_tensor_reads_a_file(tmp_path):
+  p = tmp_path / "data.bin"
+  np.arange(10, dtype=np.float32).tofile(p)
+  t = Tensor(p, dtype=dtypes.float32)
+  assert t.device.startswith("DISK:")
+  np.testing.assert_array_equal(t.to("PYTHON").numpy(), np.arange(10, dtype=np.float32))
+  np.testing.assert_array_equal(t[2:5].to("PYTHON").numpy(), np.arange(2, 5, dtype=np.float32))
+
+
+def test_numpy_input_is_not_copied():
+  x = np.arange(6, dtype=np.float32)
+  t = Tensor(x, device="NPY")
+  assert np.shares_memory(t.lazydata.base.buffer.as_array(), x) or t.lazydata.base.buffer.as_array().ctypes.data == x.ctypes.data
