@@ -14,6 +14,8 @@ from scheduler.helpers import argfix, make_tuple, flatten, prod, all_int, round_
 from scheduler.ops import UOp, Ops, GroupOp, resolve, smax, smin, identity_element, all_metadata, sint_to_uop, MathMixin
 from scheduler.device import Device, Buffer
 from scheduler.gradient import compute_gradient
+from scheduler.helpers import Context
+from scheduler import hooks
 
 all_tensors: dict[weakref.ref, None] = {}
 
@@ -289,7 +291,11 @@ class Tensor(MathMixin):
 
   def realize(self, *lst: Tensor) -> Tensor:
     from scheduler.realize import run_schedule
-    if len(to_realize := [x for x in (self,) + lst if not x.lazydata.is_realized]): run_schedule(*Tensor.schedule_with_vars(*to_realize))
+    if len(to_realize := [x for x in (self,) + lst if not x.lazydata.is_realized]):
+      with hooks.capture_point("exec", UOp.sink(*[x.lazydata for x in to_realize]),
+                               name="realize " + " ".join(f"{x.dtype.name}{list(x.shape)}" for x in to_realize)) as cap:
+        run_schedule(*Tensor.schedule_with_vars(*to_realize))
+        cap.set_output(lambda: _read_back(to_realize))
     return self
 
   def replace(self, x: Tensor) -> Tensor:
@@ -958,6 +964,11 @@ class Tensor(MathMixin):
 
 
 def _forget_tensor(ref: weakref.ref) -> None: all_tensors.pop(ref, None)
+
+
+def _read_back(tensors: list[Tensor]) -> list[np.ndarray]:
+  """The values of realized tensors, read without capturing the read itself."""
+  with Context(CAPTURE_PROCESS_REPLAY=0): return [t.numpy() for t in tensors]
 
 
 # which Tensor method is building ops right now (for the metadata that rides on schedule items)

@@ -1,0 +1,4 @@
+"""The replay database (SQLite through sqlite-utils). Imports nothing of the project."""
+from db.store import Store, StoreError, SCHEMA_VERSION, default_path
+
+__all__ = ["Store", "StoreError", "SCHEMA_VERSION", "default_path"]

@@ -1,0 +1,194 @@
+"""The SQLite store of captures and replays, on sqlite-utils: one file, WAL mode, content-addressed
+compressed blobs, plain queryable columns, forward migrations.
+
+Sits at the bottom of the harness: `replay/` writes and reads through it; it imports nothing of the
+project. The file stays browsable with `sqlite-utils tables/rows` and plain `sqlite3`.
+"""
+from __future__ import annotations
+import hashlib, json, os, pathlib, sqlite3, time, zlib
+from typing import Any, Iterable, Optional
+import sqlite_utils
+
+SCHEMA_VERSION = 1
+DEFAULT_PATH = os.path.join(".replay", "replay.db")
+
+
+class StoreError(RuntimeError):
+  """The database cannot be used: unreadable, corrupt, or from a newer version of the harness."""
+
+
+def default_path() -> str: return os.getenv("REPLAY_DB") or DEFAULT_PATH
+
+
+# ***** migrations: each takes the database from version i to i+1 *****
+
+def _migrate_to_1(db: sqlite_utils.Database) -> None:
+  db["runs"].create({"id": int, "started": float, "finished": float, "git_commit": str, "git_dirty": int, "argv": str,
+                     "python": str, "numpy": str, "host": str, "flags": str}, pk="id")
+  db["blobs"].create({"sha256": str, "size": int, "data": bytes}, pk="sha256")
+  db["captures"].create({"id": int, "run_id": int, "kind": str, "key": str, "name": str, "location": str, "time": float,
+                         "input_sha": str, "output_sha": str, "flags": str, "meta": str},
+                        pk="id", foreign_keys=[("run_id", "runs", "id"), ("input_sha", "blobs", "sha256"), ("output_sha", "blobs", "sha256")])
+  db["captures"].create_index(["run_id", "kind"])
+  db["captures"].create_index(["key"])
+  db["captures"].create_index(["location"])
+  db["captures"].create_index(["name"])
+  db["replays"].create({"id": int, "started": float, "finished": float, "capture_run_id": int, "base_ref": str, "base_commit": str,
+                        "head_commit": str, "jobs": int, "argv": str, "verdict": str, "exit_code": int}, pk="id")
+  db["outcomes"].create({"id": int, "replay_id": int, "capture_id": int, "status": str, "reason": str, "diff": str,
+                         "metrics": str, "seconds": float},
+                        pk="id", foreign_keys=[("replay_id", "replays", "id"), ("capture_id", "captures", "id")])
+  db["outcomes"].create_index(["replay_id", "status"])
+  db["outcomes"].create_index(["capture_id"])
+
+
+MIGRATIONS = [_migrate_to_1]
+
+
+class Store:
+  """One open database. Every write is its own transaction, committed before the call returns."""
+
+  def __init__(self, path: Optional[str] = None, create: bool = True):
+    self.path = path or default_path()
+    if not create and not os.path.exists(self.path): raise StoreError(f"no replay database at {self.path} (capture something first)")
+    if os.path.dirname(self.path): os.makedirs(os.path.dirname(self.path), exist_ok=True)
+    try:
+      conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+      conn.execute("PRAGMA busy_timeout = 60000")
+      conn.execute("PRAGMA journal_mode = WAL")
+      conn.execute("PRAGMA synchronous = NORMAL")
+      conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.DatabaseError as e: raise StoreError(f"cannot open {self.path} as a replay database: {e}") from e
+    self.conn = conn
+    self.db = sqlite_utils.Database(conn)
+    self._migrate()
+
+  def close(self) -> None: self.conn.close()
+  def __enter__(self): return self
+  def __exit__(self, *exc): self.close()
+
+  # ***** schema *****
+
+  def _version(self) -> int:
+    if "schema_version" not in self.db.table_names(): return 0
+    row = self.conn.execute("SELECT version FROM schema_version").fetchone()
+    return row[0] if row else 0
+
+  def _migrate(self) -> None:
+    try:
+      with self.transaction():
+        version = self._version()
+        if version > SCHEMA_VERSION:
+          raise StoreError(f"{self.path} has schema version {version}, newer than this harness understands ({SCHEMA_VERSION}); "
+                           "upgrade the harness or use another REPLAY_DB")
+        if version == SCHEMA_VERSION: return
+        if version == 0 and "schema_version" not in self.db.table_names() and self.db.table_names():
+          raise StoreError(f"{self.path} is an SQLite file but not a replay database (tables: {', '.join(self.db.table_names())})")
+        for step in MIGRATIONS[version:]: step(self.db)
+        if "schema_version" not in self.db.table_names(): self.db["schema_version"].create({"version": int})
+        self.conn.execute("DELETE FROM schema_version")
+        self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+    except sqlite3.DatabaseError as e: raise StoreError(f"{self.path} is not a usable replay database: {e}") from e
+
+  class _Tx:
+    def __init__(self, conn): self.conn = conn
+    def __enter__(self): self.conn.execute("BEGIN IMMEDIATE")
+    def __exit__(self, exc_type, *rest):
+      self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+      return False
+
+  def transaction(self) -> "_Tx": return Store._Tx(self.conn)
+
+  # ***** blobs *****
+
+  @staticmethod
+  def blob_sha(data: bytes) -> str: return hashlib.sha256(data).hexdigest()
+
+  def _put_blob(self, data: bytes) -> str:
+    sha = self.blob_sha(data)
+    self.conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)", (sha, len(data), zlib.compress(data, 6)))
+    return sha
+
+  def get_blob(self, sha: str) -> bytes:
+    row = self.conn.execute("SELECT data FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
+    if row is None: raise StoreError(f"blob {sha[:12]} is missing from {self.path}")
+    return zlib.decompress(row[0])
+
+  def blob_count(self) -> int: return self.conn.execute("SELECT count(*) FROM blobs").fetchone()[0]
+
+  # ***** runs and captures *****
+
+  def add_run(self, **fields: Any) -> int:
+    with self.transaction(): return self.db["runs"].insert({"started": time.time(), **fields}).last_pk
+
+  def finish_run(self, run_id: int) -> None:
+    with self.transaction(): self.db["runs"].update(run_id, {"finished": time.time()})
+
+  def add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes, output_data: bytes,
+                  flags: dict, meta: Optional[dict] = None) -> int:
+    with self.transaction():
+      in_sha, out_sha = self._put_blob(input_data), self._put_blob(output_data)
+      cur = self.conn.execute(
+        "INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        (run_id, kind, key, name, location, time.time(), in_sha, out_sha, json.dumps(flags, sort_keys=True), json.dumps(meta or {})))
+      return cur.lastrowid
+
+  def latest_run_id(self) -> Optional[int]:
+    row = self.conn.execute("SELECT max(run_id) FROM captures").fetchone()
+    return row[0] if row else None
+
+  def run(self, run_id: int) -> Optional[dict]:
+    rows = list(self.db.query("SELECT * FROM runs WHERE id = ?", [run_id]))
+    return rows[0] if rows else None
+
+  def captures(self, run_ids: Optional[Iterable[int]] = None, kinds: Optional[Iterable[str]] = None, names: Optional[Iterable[str]] = None,
+               location: Optional[str] = None, ids: Optional[Iterable[int]] = None) -> list[dict]:
+    where, params = [], []
+    for col, values in (("run_id", run_ids), ("kind", kinds), ("name", names), ("id", ids)):
+      if values is not None:
+        values = list(values)
+        where.append(f"{col} IN ({','.join('?' * len(values))})" if values else "0")
+        params.extend(values)
+    if location: where.append("location LIKE ?"); params.append(f"%{location}%")
+    sql = "SELECT * FROM captures" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+    return list(self.db.query(sql, params))
+
+  def capture(self, capture_id: int) -> Optional[dict]:
+    rows = self.captures(ids=[capture_id])
+    return rows[0] if rows else None
+
+  def capture_counts(self, run_id: Optional[int] = None) -> dict[str, int]:
+    sql, params = "SELECT kind, count(*) FROM captures", []
+    if run_id is not None: sql, params = sql + " WHERE run_id = ?", [run_id]
+    return dict(self.conn.execute(sql + " GROUP BY kind", params).fetchall())
+
+  # ***** replays and outcomes *****
+
+  def add_replay(self, **fields: Any) -> int:
+    with self.transaction(): return self.db["replays"].insert({"started": time.time(), **fields}).last_pk
+
+  def finish_replay(self, replay_id: int, verdict: str, exit_code: int) -> None:
+    with self.transaction(): self.db["replays"].update(replay_id, {"finished": time.time(), "verdict": verdict, "exit_code": exit_code})
+
+  def add_outcomes(self, rows: list[dict]) -> None:
+    with self.transaction(): self.db["outcomes"].insert_all(rows)
+
+  def replay(self, replay_id: Optional[int] = None) -> Optional[dict]:
+    sql = "SELECT * FROM replays " + ("WHERE id = ?" if replay_id is not None else "ORDER BY id DESC LIMIT 1")
+    rows = list(self.db.query(sql, [replay_id] if replay_id is not None else []))
+    return rows[0] if rows else None
+
+  def outcomes(self, replay_id: int) -> list[dict]:
+    return list(self.db.query("SELECT o.*, c.kind, c.name, c.location FROM outcomes o JOIN captures c ON c.id = o.capture_id "
+                              "WHERE o.replay_id = ? ORDER BY o.capture_id", [replay_id]))
+
+  def last_outcome(self, capture_id: int) -> Optional[dict]:
+    rows = list(self.db.query("SELECT * FROM outcomes WHERE capture_id = ? ORDER BY id DESC LIMIT 1", [capture_id]))
+    return rows[0] if rows else None
+
+  def reset(self) -> None:
+    with self.transaction():
+      for table in ("outcomes", "replays", "captures", "runs", "blobs"): self.conn.execute(f"DELETE FROM {table}")
+    self.conn.execute("VACUUM")
+
+  def integrity_ok(self) -> bool: return self.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

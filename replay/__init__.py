@@ -1,0 +1,1 @@
+"""The process-replay harness: capture, serialization, replayers, comparison, runner, revisions, reports, CLI."""

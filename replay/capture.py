@@ -1,0 +1,155 @@
+"""The capture sink: what `scheduler/hooks.py` hands over when `CAPTURE_PROCESS_REPLAY=1`.
+
+Each capture point serializes its inputs when the captured call starts (an `exec` reads its input
+buffers before the kernels overwrite them) and its outputs when it returns, then stores both in the
+database in one transaction: a capture is durable as soon as the captured call has returned.
+"""
+from __future__ import annotations
+import atexit, hashlib, json, os, platform, socket, subprocess, sys, time, traceback
+from typing import Any, Callable, Optional
+import numpy as np
+from db import Store
+from replay import serialize
+from scheduler.helpers import Context, ContextVar
+
+DEFAULT_MAX_EXEC_BYTES = 64 * 1024 * 1024
+# flags that say how to capture, not how to compile: they stay out of the content key
+NON_COMPILER_FLAGS = {"CAPTURE_PROCESS_REPLAY", "DEBUG", "TRACK_MATCH_STATS", "VIZ", "PICKLE_BUFFERS"}
+_PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in
+                      (__import__("scheduler").__file__, __import__("runtimes").__file__, __file__, __import__("db").__file__))
+
+
+class _Sink:
+  """The per-process connection and run; reopened after a fork."""
+  def __init__(self):
+    self.pid: Optional[int] = None
+    self.store: Optional[Store] = None
+    self.run_id: Optional[int] = None
+    self.failures = 0
+
+  def get(self) -> tuple[Store, int]:
+    if self.pid != os.getpid():
+      self.pid, self.store = os.getpid(), Store()
+      env_run = os.getenv("REPLAY_RUN_ID")
+      self.run_id = int(env_run) if env_run else self.store.add_run(**run_info())
+      if not env_run: atexit.register(self._finish, self.store, self.run_id)
+    assert self.store is not None and self.run_id is not None
+    return self.store, self.run_id
+
+  @staticmethod
+  def _finish(store: Store, run_id: int) -> None:
+    try: store.finish_run(run_id)
+    except Exception: pass
+
+
+SINK = _Sink()
+
+
+def run_info(argv: Optional[list[str]] = None) -> dict:
+  commit, dirty = git_state()
+  return {"git_commit": commit, "git_dirty": dirty, "argv": json.dumps(argv if argv is not None else sys.argv),
+          "python": platform.python_version(), "numpy": np.__version__, "host": socket.gethostname(),
+          "flags": json.dumps(ContextVar.snapshot(), sort_keys=True)}
+
+
+def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:
+  try:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+    if commit.returncode != 0: return None, None
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=10)
+    return commit.stdout.strip(), int(bool(status.stdout.strip()))
+  except (OSError, subprocess.SubprocessError): return None, None
+
+
+def location() -> str:
+  """The pytest node id under pytest, else `file:line function` of the first frame outside the compiler and harness."""
+  if (node := os.getenv("PYTEST_CURRENT_TEST")): return node.rsplit(" ", 1)[0]
+  frame = sys._getframe(1)
+  while frame is not None:
+    fname = os.path.abspath(frame.f_code.co_filename)
+    if not fname.startswith(_PACKAGE_DIRS) and "importlib" not in fname and not fname.startswith("<frozen"):
+      return f"{os.path.relpath(fname)}:{frame.f_lineno} {frame.f_code.co_name}"
+    frame = frame.f_back
+  return "?"
+
+
+def compiler_flags() -> dict[str, int]:
+  return {k: v for k, v in ContextVar.snapshot().items() if k not in NON_COMPILER_FLAGS}
+
+
+def max_exec_bytes() -> int:
+  try: return int(os.getenv("REPLAY_MAX_EXEC_BYTES", DEFAULT_MAX_EXEC_BYTES))
+  except ValueError: return DEFAULT_MAX_EXEC_BYTES
+
+
+# ***** payloads per kind *****
+
+def _exec_inputs(sink) -> tuple[dict, dict]:
+  """The contents of every realized buffer the graph reads; buffers above the cap by shape, dtype and hash only."""
+  from scheduler.ops import Ops
+  cap, contents, omitted = max_exec_bytes(), {}, []
+  for u in sink.toposort:
+    if u.op is not Ops.BUFFER or (buf := u.realized) is None: continue
+    if buf.nbytes > cap:
+      data = buf.numpy()
+      contents[u] = {"omitted": True, "size": buf.size, "dtype": buf.dtype.name, "nbytes": buf.nbytes, "sha256": hashlib.sha256(data.tobytes()).hexdigest()}
+      omitted.append(buf.nbytes)
+    else: contents[u] = buf.numpy()
+  return contents, {"omitted_buffers": len(omitted), "omitted_bytes": sum(omitted)} if omitted else {}
+
+
+class CapturePoint:
+  """One captured call: `with CapturePoint(kind, inputs, meta) as cap: ...; cap.set_output(out)`."""
+
+  def __init__(self, kind: str, inputs: tuple, meta: dict):
+    self.kind, self.meta = kind, dict(meta)
+    self.output: Any = None
+    self.has_output = False
+    self.flags = ContextVar.snapshot()
+    with Context(PICKLE_BUFFERS=0):
+      if kind == "schedule": payload = {"graph": inputs[0]}
+      elif kind == "kernel": payload = {"ast": inputs[0], "device": inputs[1], "options": inputs[2]}
+      elif kind == "exec":
+        contents, info = _exec_inputs(inputs[0])
+        payload = {"graph": inputs[0], "buffers": contents}
+        self.meta.update(info)
+      else: raise ValueError(f"unknown capture kind {kind!r}")
+      self.input_data = serialize.dumps(payload)
+    self.location = location()
+    self.name = self.meta.pop("name", kind)
+
+  def __enter__(self): return self
+
+  def set_output(self, output: Any) -> None:
+    """The call's result; a callable is called once here (so outputs are only computed when capturing)."""
+    self.output, self.has_output = (output() if callable(output) else output), True
+
+  def __exit__(self, exc_type, exc, tb):
+    if exc_type is not None or not self.has_output: return False
+    try: self._store()
+    except Exception as e:
+      SINK.failures += 1
+      print(f"replay capture: could not store a {self.kind} capture ({type(e).__name__}: {e})", file=sys.stderr)
+    return False
+
+  def _store(self) -> None:
+    with Context(PICKLE_BUFFERS=0):
+      if self.kind == "schedule":
+        asts, var_vals = self.output
+        output = {"asts": list(asts), "var_vals": dict(var_vals)}
+        self.name = f"{len(asts)} kernels" + (f": {','.join(sorted({_kernel_kind(a) for a in asts}))}" if asts else "")
+      elif self.kind == "kernel":
+        src, name = self.output
+        output, self.name = {"src": src, "name": name}, name
+      else: output = {"outputs": list(self.output)}
+      output_data = serialize.dumps(output)
+    flags = {k: v for k, v in self.flags.items() if k not in NON_COMPILER_FLAGS}
+    key = hashlib.sha256(self.input_data + json.dumps(flags, sort_keys=True).encode()).hexdigest()
+    store, run_id = SINK.get()
+    store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data, self.flags, self.meta)
+
+
+def _kernel_kind(ast) -> str:
+  from scheduler.ops import Ops
+  if ast.op is not Ops.SINK: return ast.op.name
+  return "r" if any(u.op is Ops.REDUCE_AXIS for u in ast.toposort) else "E"

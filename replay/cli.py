@@ -1,0 +1,233 @@
+"""The `replay` command line (also `python -m replay`): capture, run, diff, list, show, report, reset, gate.
+
+A thin click layer: selection, revisions, the runner and the reports do the work. Exit codes: 0 ok,
+1 kernels changed where no change was promised, 2 usage error, 3 outputs mismatch, 4 replay errors,
+incompatible captures, or the harness itself failed.
+"""
+from __future__ import annotations
+import json, os, pathlib, subprocess, sys, time
+from typing import Optional
+import click
+from tabulate import tabulate
+from db import Store, StoreError
+from replay import report as rpt
+from replay.revisions import RevisionError
+
+EXIT_HARNESS = rpt.EXIT_HARNESS
+
+
+class HarnessError(click.ClickException):
+  exit_code = EXIT_HARNESS
+  def show(self, file=None): click.echo(f"replay: error: {self.message}", err=True)
+
+
+def _store(create: bool = False) -> Store:
+  try: return Store(create=create)
+  except StoreError as e: raise HarnessError(str(e)) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", "db_path", envvar="REPLAY_DB", default=None, help="Database file (env REPLAY_DB, default .replay/replay.db).")
+def cli(db_path: Optional[str]):
+  """Process replay: capture what the compiler does on real workloads, replay it against another revision, and see
+  exactly which kernels and which results a change alters."""
+  if db_path: os.environ["REPLAY_DB"] = db_path
+
+
+# ***** capture *****
+
+def run_capture(cmd: list[str], echo: bool = True) -> tuple[int, int, dict[str, int]]:
+  """Run `cmd` with capture on, all its processes writing into one new run: (exit code, run id, captures by kind)."""
+  from replay.capture import run_info
+  store = _store(create=True)
+  run_id = store.add_run(**run_info(cmd))
+  env = {**os.environ, "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_RUN_ID": str(run_id), "REPLAY_DB": os.path.abspath(store.path)}
+  try: code = subprocess.call(cmd, env=env)
+  except FileNotFoundError: raise click.UsageError(f"command not found: {cmd[0]}") from None
+  store.finish_run(run_id)
+  counts = store.capture_counts(run_id)
+  if echo:
+    click.echo(f"run {run_id}: captured " + (", ".join(f"{counts.get(k, 0)} {k}" for k in rpt.KINDS)) + f" into {store.path}")
+  return code, run_id, counts
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def capture(cmd):
+  """Run CMD with capture on: every schedule, kernel render and realize it does is stored (replay capture -- CMD...)."""
+  code, run_id, counts = run_capture(list(cmd))
+  if code != 0: click.echo(f"replay: the captured command exited with code {code}", err=True)
+  if not sum(counts.values()): click.echo("replay: warning: the command captured nothing (does it use the compiler?)", err=True)
+  sys.exit(code)
+
+
+# ***** run / diff *****
+
+def selection_options(f):
+  f = click.option("--run", "runs", type=int, multiple=True, help="Capture run id(s) to replay (default: the latest run).")(f)
+  f = click.option("--kind", "kinds", type=click.Choice(rpt.KINDS), multiple=True, help="Only these kinds.")(f)
+  f = click.option("--name", "names", multiple=True, help="Only captures with this name.")(f)
+  f = click.option("--location", default=None, help="Only captures whose location contains this text.")(f)
+  f = click.option("--id", "ids", type=int, multiple=True, help="Only these capture ids.")(f)
+  return f
+
+
+def policy_options(f):
+  f = click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")(f)
+  f = click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture before it is an error.")(f)
+  f = click.option("--max-changed", default=None, help="Stop early after this many (or this percent, e.g. 5%) changed or mismatched captures.")(f)
+  f = click.option("--expect-no-change", is_flag=True, help="Fail (exit 1) if any kernel changed.")(f)
+  f = click.option("--allow-incompatible", is_flag=True, help="Do not fail on replay errors and incompatible captures.")(f)
+  f = click.option("--rtol", type=float, default=None, help="Relative tolerance for float outputs (all float dtypes).")(f)
+  f = click.option("--atol", type=float, default=None, help="Absolute tolerance for float outputs (all float dtypes).")(f)
+  f = click.option("--format", "fmt", type=click.Choice(rpt.FORMATS), default="text", show_default=True, help="Report format on stdout.")(f)
+  f = click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Also write the report to this file.")(f)
+  return f
+
+
+def select_captures(store: Store, runs, kinds, names, location, ids) -> tuple[list[dict], Optional[int]]:
+  run_ids = list(runs) or ([] if ids else ([r] if (r := store.latest_run_id()) is not None else []))
+  if not run_ids and not ids: raise HarnessError(f"no captures in {store.path}; run `replay capture -- CMD` first")
+  caps = store.captures(run_ids=run_ids or None, kinds=kinds or None, names=names or None, location=location, ids=ids or None)
+  return caps, (run_ids[0] if len(run_ids) == 1 else None)
+
+
+def _tolerances(rtol, atol) -> Optional[dict]:
+  if rtol is None and atol is None: return None
+  from replay.compare import DEFAULT_TOLERANCES
+  return {k: (rtol if rtol is not None else r, atol if atol is not None else a) for k, (r, a) in DEFAULT_TOLERANCES.items()}
+
+
+def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], base_ref: Optional[str], merge_base: bool, jobs, timeout,
+              max_changed, rtol, atol) -> rpt.Summary:
+  from replay.runner import replay_captures, RunOptions
+  from replay import revisions
+  from replay.capture import git_state
+  if not captures: raise HarnessError("the selection matched no captures")
+  head, _ = git_state()
+  if base_ref is None:
+    path, fields = [str(revisions.harness_root())], {"base_ref": None, "base_commit": None}
+  else:
+    try:
+      root = revisions.repo_root()
+      sha = revisions.resolve(base_ref, merge_base, cwd=str(root))
+      path, fields = [str(revisions.overlay(sha, root))], {"base_ref": base_ref, "base_commit": sha}
+    except RevisionError as e: raise HarnessError(str(e)) from None
+  options = RunOptions(jobs=jobs or max(1, os.cpu_count() or 1), timeout=timeout, max_changed=max_changed, tolerances=_tolerances(rtol, atol))
+  try: result = replay_captures(store, captures, path, {"capture_run_id": capture_run, "head_commit": head, "argv": json.dumps(sys.argv), **fields}, options)
+  except ValueError as e: raise click.UsageError(str(e)) from None
+  except RuntimeError as e: raise HarnessError(str(e)) from None
+  replay_row = store.replay(result.replay_id)
+  summary = rpt.Summary(replay_row, store.outcomes(result.replay_id))
+  if result.stopped_early: click.echo(f"replay: stopped early after --max-changed {max_changed}", err=True)
+  return summary
+
+
+def finish(store: Store, summary: rpt.Summary, fmt: str, output: Optional[str]) -> int:
+  code, verdict = summary.verdict()
+  store.finish_replay(summary.replay["id"], verdict, code)
+  text = rpt.render(summary, fmt)
+  click.echo(text)
+  if output: pathlib.Path(output).write_text(text)
+  return code
+
+
+@cli.command()
+@selection_options
+@policy_options
+def run(runs, kinds, names, location, ids, jobs, timeout, max_changed, expect_no_change, allow_incompatible, rtol, atol, fmt, output):
+  """Replay captures against the working tree (a determinism check right after capturing)."""
+  store = _store()
+  caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
+  summary = do_replay(store, caps, cap_run, None, False, jobs, timeout, max_changed, rtol, atol)
+  summary.expect_no_change, summary.allow_incompatible = expect_no_change, allow_incompatible
+  sys.exit(finish(store, summary, fmt, output))
+
+
+@cli.command()
+@click.option("--base", required=True, help="The revision to replay on: branch, tag, sha, HEAD~N.")
+@click.option("--merge-base", is_flag=True, help="Use the merge base of --base and HEAD.")
+@selection_options
+@policy_options
+def diff(base, merge_base, runs, kinds, names, location, ids, jobs, timeout, max_changed, expect_no_change, allow_incompatible, rtol, atol, fmt, output):
+  """Replay captures with the compiler of another revision; base is `-`, captured is `+` in the diffs."""
+  store = _store()
+  caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
+  summary = do_replay(store, caps, cap_run, base, merge_base, jobs, timeout, max_changed, rtol, atol)
+  summary.expect_no_change, summary.allow_incompatible = expect_no_change, allow_incompatible
+  sys.exit(finish(store, summary, fmt, output))
+
+
+# ***** browsing *****
+
+@cli.command("list")
+@selection_options
+@click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many captures (0: all).")
+def list_(runs, kinds, names, location, ids, limit):
+  """List captures (the latest run by default)."""
+  store = _store()
+  caps, _ = select_captures(store, runs, kinds, names, location, ids)
+  rows = [[c["id"], c["run_id"], c["kind"], c["name"][:48], c["location"][:60], time.strftime("%H:%M:%S", time.localtime(c["time"]))]
+          for c in (caps if limit == 0 else caps[:limit])]
+  click.echo(tabulate(rows, headers=["id", "run", "kind", "name", "location", "time"]))
+  if limit and len(caps) > limit: click.echo(f"... {len(caps) - limit} more (--limit 0 shows all)")
+
+
+@cli.command()
+@click.argument("capture_id", type=int)
+def show(capture_id):
+  """Show one capture: its AST or source, flags, location, and the last outcome's diff."""
+  from replay import serialize
+  from replay.compare import ast_text, schedule_text
+  store = _store()
+  cap = store.capture(capture_id)
+  if cap is None: raise HarnessError(f"no capture with id {capture_id} in {store.path}")
+  click.echo(f"capture {cap['id']} [{cap['kind']}] {cap['name']}\nrun {cap['run_id']}  location {cap['location']}\nkey {cap['key']}")
+  flags = json.loads(cap["flags"])
+  click.echo("flags " + " ".join(f"{k}={v}" for k, v in flags.items() if v))
+  meta = json.loads(cap["meta"] or "{}")
+  if meta: click.echo(f"meta {meta}")
+  try:
+    inp, out = serialize.loads(store.get_blob(cap["input_sha"])), serialize.loads(store.get_blob(cap["output_sha"]))
+    if cap["kind"] == "schedule": click.echo("\n" + schedule_text(out["asts"]))
+    elif cap["kind"] == "kernel": click.echo(f"\ndevice {inp['device']}\n{ast_text(inp['ast'])}\n\n{out['src']}")
+    else:
+      for i, o in enumerate(out["outputs"]): click.echo(f"output {i}: {o.dtype}{list(o.shape)} sum={float(o.astype('float64').sum()):.6g}")
+  except Exception as e: click.echo(f"(cannot load the payload with this revision: {type(e).__name__}: {e})")
+  last = store.last_outcome(capture_id)
+  if last: click.echo(f"\nlast outcome (replay {last['replay_id']}): {last['status']} {last['reason'] or ''}\n{last['diff'] or ''}")
+
+
+@cli.command()
+@click.option("--replay", "replay_id", type=int, default=None, help="Replay id (default: the latest).")
+@click.option("--format", "fmt", type=click.Choice(rpt.FORMATS), default="text", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Write to this file instead of stdout.")
+def report(replay_id, fmt, output):
+  """Render a stored replay as text, markdown, json, junit or html."""
+  store = _store()
+  row = store.replay(replay_id)
+  if row is None: raise HarnessError("no replay found" + (f" with id {replay_id}" if replay_id else "; run `replay run` or `replay diff` first"))
+  summary = rpt.Summary(row, store.outcomes(row["id"]))
+  text = rpt.render(summary, fmt)
+  if output: pathlib.Path(output).write_text(text); click.echo(f"wrote {fmt} report of replay {row['id']} to {output}")
+  else: click.echo(text)
+
+
+@cli.command()
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def reset(yes):
+  """Delete every capture, replay and blob from the database."""
+  store = _store(create=True)
+  if not yes and not click.confirm(f"delete everything in {store.path}?"): sys.exit(0)
+  store.reset()
+  click.echo(f"reset {store.path}")
+
+
+def main() -> None:
+  try: cli(prog_name="replay")
+  except KeyboardInterrupt:
+    click.echo("replay: interrupted", err=True)
+    sys.exit(130)
+
+
+if __name__ == "__main__": main()

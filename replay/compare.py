@@ -1,0 +1,117 @@
+"""Comparison of a replayed result with the captured one, per kind.
+
+ASTs compare by structure and diff as a canonical, indented text form; rendered sources diff as
+text; outputs compare with a numeric policy (exact for ints and bools, per-dtype tolerances for
+floats, NaN and inf equal to themselves). Works on UOps of any revision: it reads only op names,
+dtypes, args and sources.
+"""
+from __future__ import annotations
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Optional
+import numpy as np
+
+# (rtol, atol) per float dtype; the C and numpy runtimes differ in the last bits of transcendental math
+DEFAULT_TOLERANCES = {"float16": (1e-2, 1e-3), "float32": (1e-5, 1e-6), "float64": (1e-9, 1e-12)}
+MAX_DIFF_LINES = 400
+
+
+@dataclass
+class Comparison:
+  status: str  # same, changed, mismatch
+  diff: str = ""
+  metrics: dict = field(default_factory=dict)
+
+
+def _arg_text(u) -> str:
+  arg = u.arg
+  if arg is None: return ""
+  if hasattr(arg, "views"):  # a ShapeTracker
+    return " ".join(f"shape={v.shape} strides={v.strides}" + (f" offset={v.offset}" if v.offset else "") + (f" mask={v.mask}" if v.mask else "")
+                    for v in arg.views)
+  if isinstance(arg, tuple) and arg and hasattr(arg[0], "name") and not isinstance(arg[0], str): return f"({arg[0].name}, {arg[1]})"
+  return repr(arg)
+
+
+def ast_text(ast) -> str:
+  """Indented, deterministic text of an AST; a subtree seen before prints as a reference to its first line."""
+  lines: list[str] = []
+  seen: dict[Any, int] = {}
+
+  def walk(u, depth: int):
+    if u in seen:
+      lines.append("  " * depth + f"^{seen[u]}")
+      return
+    seen[u] = len(lines)
+    arg = _arg_text(u)
+    lines.append("  " * depth + f"{u.op.name} {u.dtype!r}" + (f" {arg}" if arg else ""))
+    for s in u.src: walk(s, depth + 1)
+  walk(ast, 0)
+  return "\n".join(lines)
+
+
+def schedule_text(asts: list) -> str:
+  return "\n".join(f"=== kernel {i} ===\n{ast_text(a)}" for i, a in enumerate(asts))
+
+
+def unified(base: str, captured: str, base_name: str = "base", captured_name: str = "captured") -> str:
+  lines = list(difflib.unified_diff(base.splitlines(), captured.splitlines(), base_name, captured_name, lineterm="", n=3))
+  if len(lines) > MAX_DIFF_LINES: lines = lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines"]
+  return "\n".join(lines)
+
+
+def compare_schedule(captured: dict, replayed: dict) -> Comparison:
+  cap_keys = [ast_text(a) for a in captured["asts"]]
+  rep_keys = [ast_text(a) for a in replayed["asts"]]
+  cap_vars = sorted((k.arg[0], v) for k, v in captured["var_vals"].items())
+  rep_vars = sorted((k.arg[0], v) for k, v in replayed["var_vals"].items())
+  metrics = {"kernels_captured": len(cap_keys), "kernels_base": len(rep_keys)}
+  if cap_keys == rep_keys and cap_vars == rep_vars: return Comparison("same", metrics=metrics)
+  diff = unified(schedule_text(replayed["asts"]) + f"\nvars {rep_vars}", schedule_text(captured["asts"]) + f"\nvars {cap_vars}")
+  return Comparison("changed", diff, metrics)
+
+
+def compare_kernel(captured: dict, replayed: dict) -> Comparison:
+  if captured["src"] == replayed["src"] and captured["name"] == replayed["name"]: return Comparison("same")
+  return Comparison("changed", unified(f"// {replayed['name']}\n{replayed['src']}", f"// {captured['name']}\n{captured['src']}"))
+
+
+def compare_arrays(captured: np.ndarray, replayed: np.ndarray, tolerances: Optional[dict] = None) -> tuple[bool, dict]:
+  """(equal under the policy, metrics: max abs and rel error, mismatch count)."""
+  tolerances = {**DEFAULT_TOLERANCES, **(tolerances or {})}
+  captured, replayed = np.asarray(captured), np.asarray(replayed)
+  if captured.shape != replayed.shape or captured.dtype != replayed.dtype:
+    return False, {"reason": f"captured {captured.dtype}{list(captured.shape)} vs base {replayed.dtype}{list(replayed.shape)}"}
+  if captured.size == 0: return True, {"max_abs_err": 0.0, "max_rel_err": 0.0, "mismatches": 0}
+  if captured.dtype.kind in "biu":
+    bad = captured != replayed
+    diff = np.abs(captured.astype(np.float64) - replayed.astype(np.float64))
+    return not bad.any(), {"max_abs_err": float(diff.max()), "max_rel_err": float((diff / np.maximum(np.abs(captured.astype(np.float64)), 1e-300)).max()),
+                           "mismatches": int(bad.sum())}
+  rtol, atol = tolerances.get(captured.dtype.name, DEFAULT_TOLERANCES["float32"])
+  a, b = captured.astype(np.float64), replayed.astype(np.float64)
+  same_special = (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b)))
+  finite = np.isfinite(a) & np.isfinite(b)
+  with np.errstate(all="ignore"):
+    abs_err = np.where(finite, np.abs(a - b), 0.0)
+    rel_err = np.where(finite, abs_err / np.maximum(np.abs(a), 1e-30), 0.0)
+  bad = ~(same_special | (finite & (abs_err <= atol + rtol * np.abs(a))))
+  return not bad.any(), {"max_abs_err": float(abs_err.max()), "max_rel_err": float(rel_err.max()), "mismatches": int(bad.sum())}
+
+
+def compare_exec(captured: dict, replayed: dict, tolerances: Optional[dict] = None) -> Comparison:
+  outs_c, outs_r = captured["outputs"], replayed["outputs"]
+  if len(outs_c) != len(outs_r): return Comparison("mismatch", f"captured {len(outs_c)} outputs, base produced {len(outs_r)}")
+  lines, total = [], {"max_abs_err": 0.0, "max_rel_err": 0.0, "mismatches": 0}
+  for i, (c, r) in enumerate(zip(outs_c, outs_r)):
+    ok, m = compare_arrays(c, r, tolerances)
+    for k in ("max_abs_err", "max_rel_err", "mismatches"): total[k] = max(total[k], m.get(k, 0)) if k != "mismatches" else total[k] + m.get(k, 0)
+    if not ok:
+      detail = m.get("reason") or f"{m['mismatches']} of {np.asarray(c).size} elements differ, max abs err {m['max_abs_err']:.3g}, max rel err {m['max_rel_err']:.3g}"
+      lines.append(f"output {i}: {detail}")
+      if "reason" not in m:
+        flat_c, flat_r = np.asarray(c).reshape(-1), np.asarray(r).reshape(-1)
+        where = np.flatnonzero(~np.isclose(flat_c.astype(np.float64), flat_r.astype(np.float64), equal_nan=True))[:5] if flat_c.dtype.kind == "f" \
+          else np.flatnonzero(flat_c != flat_r)[:5]
+        for j in where: lines.append(f"-  [{j}] {flat_r[j]!r}\n+  [{j}] {flat_c[j]!r}")
+  return Comparison("mismatch" if lines else "same", "\n".join(lines), total)

@@ -1,0 +1,102 @@
+"""Replayers: re-run one captured input with the compiler that is on `sys.path` (the working tree, or a
+base revision through the overlay) and compare the result with the captured output.
+
+Runs inside a worker process. A capture that this revision cannot load or call is `Incompatible`.
+"""
+from __future__ import annotations
+import os, tempfile, time
+from typing import Any, Optional
+from replay import serialize
+from replay.compare import Comparison, compare_schedule, compare_kernel, compare_exec
+
+NON_COMPILER_FLAGS = {"CAPTURE_PROCESS_REPLAY", "DEBUG", "TRACK_MATCH_STATS", "VIZ", "PICKLE_BUFFERS"}
+
+
+class Incompatible(Exception):
+  """This revision cannot load or call the capture; the message says why."""
+
+
+def load_payload(data: bytes) -> Any:
+  try: return serialize.loads(data)
+  except serialize.UnsafePickleError: raise
+  except (ImportError, AttributeError, KeyError, TypeError, ValueError, EOFError) as e:
+    raise Incompatible(f"cannot load the capture with this revision: {type(e).__name__}: {e}") from e
+
+
+def _flag_context(flags: dict[str, int]):
+  try: from scheduler.helpers import Context, ContextVar
+  except ImportError as e: raise Incompatible(f"this revision has no flag registry: {e}") from e
+  known = {k: v for k, v in flags.items() if k not in NON_COMPILER_FLAGS and k in ContextVar._cache}
+  return Context(**known)
+
+
+def _fresh_buffers(graph, contents: Optional[dict] = None, tmpdir: Optional[str] = None):
+  """The graph with every BUFFER replaced by a new one of this process (captured numbering would collide),
+  filled with the captured contents where there are any. DISK files are replaced by temporary copies."""
+  from scheduler.ops import UOp, Ops
+  contents = contents or {}
+  mapping = {}
+  for u in graph.toposort:
+    if u.op is not Ops.BUFFER: continue
+    device = u.device
+    if device.startswith("DISK:"):
+      fd, path = tempfile.mkstemp(dir=tmpdir, suffix=".disk")
+      os.close(fd)
+      device = f"DISK:{path}"
+    new = UOp.new_buffer(device, u.size, u.dtype)
+    if u in contents:
+      data = contents[u]
+      if isinstance(data, dict) and data.get("omitted"):
+        raise Incompatible(f"input buffer of {data['nbytes']} bytes was recorded by hash only (above REPLAY_MAX_EXEC_BYTES)")
+      new.buffer.allocate()
+      new.buffer.copyin(data.reshape(-1))
+    mapping[u] = new
+  return graph.substitute(mapping) if mapping else graph
+
+
+def run_schedule_capture(inp: dict) -> dict:
+  from scheduler.schedule import create_schedule_with_vars
+  sched, var_vals, _ = create_schedule_with_vars(_fresh_buffers(inp["graph"]))
+  return {"asts": [si.ast for si in sched], "var_vals": var_vals}
+
+
+def run_kernel_capture(inp: dict) -> dict:
+  from scheduler.device import Device
+  src, prg = Device[inp["device"]].render(inp["ast"])
+  return {"src": src, "name": prg.name}
+
+
+def run_exec_capture(inp: dict) -> dict:
+  from scheduler.tensor import Tensor
+  with tempfile.TemporaryDirectory(prefix="replay-disk-") as tmp:
+    graph = _fresh_buffers(inp["graph"], inp["buffers"], tmp)
+    tensors = [Tensor(s, device=s.device) for s in graph.src]
+    Tensor.realize(*tensors)
+    return {"outputs": [t.numpy() for t in tensors]}
+
+
+RUNNERS = {"schedule": run_schedule_capture, "kernel": run_kernel_capture, "exec": run_exec_capture}
+COMPARE = {"schedule": compare_schedule, "kernel": compare_kernel, "exec": compare_exec}
+
+
+def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str, int], tolerances: Optional[dict] = None) -> dict:
+  """One capture's outcome: {status, reason, diff, metrics, compiler_seconds}."""
+  t0 = time.perf_counter()
+  try:
+    inp, captured = load_payload(input_data), load_payload(output_data)
+    load_s = time.perf_counter() - t0
+    with _flag_context(flags):
+      t1 = time.perf_counter()
+      try: replayed = RUNNERS[kind](inp)
+      except (ImportError, AttributeError) as e: raise Incompatible(f"this revision cannot run the capture: {type(e).__name__}: {e}") from e
+      compiler_s = time.perf_counter() - t1
+    result: Comparison = COMPARE[kind](captured, replayed, tolerances) if kind == "exec" else COMPARE[kind](captured, replayed)
+    return {"status": result.status, "reason": "", "diff": result.diff, "metrics": result.metrics, "compiler_seconds": compiler_s, "load_seconds": load_s}
+  except serialize.UnsafePickleError as e:
+    return {"status": "incompatible", "reason": str(e), "diff": "", "metrics": {}, "compiler_seconds": 0.0}
+  except serialize.PayloadFormatError as e:
+    return {"status": "incompatible", "reason": str(e), "diff": "", "metrics": {}, "compiler_seconds": 0.0}
+  except Incompatible as e:
+    return {"status": "incompatible", "reason": str(e), "diff": "", "metrics": {}, "compiler_seconds": 0.0}
+  except Exception as e:
+    return {"status": "error", "reason": f"{type(e).__name__}: {e}", "diff": "", "metrics": {}, "compiler_seconds": 0.0}

@@ -1,0 +1,150 @@
+"""Reports of a replay: the verdict policy and every output format (text, markdown, json, junit, html).
+
+All output of the command line about outcomes goes through here.
+"""
+from __future__ import annotations
+import difflib, html, json, time
+from dataclasses import dataclass
+from typing import Optional
+from xml.etree import ElementTree as ET
+from tabulate import tabulate
+
+STATUSES = ("same", "changed", "mismatch", "error", "incompatible")
+KINDS = ("schedule", "kernel", "exec")
+EXIT_OK, EXIT_CHANGED, EXIT_USAGE, EXIT_MISMATCH, EXIT_HARNESS = 0, 1, 2, 3, 4
+FORMATS = ("text", "markdown", "json", "junit", "html")
+
+
+@dataclass
+class Summary:
+  replay: dict
+  outcomes: list[dict]
+  expect_no_change: bool = False
+  allow_incompatible: bool = False
+
+  @property
+  def counts(self) -> dict[str, dict[str, int]]:
+    out = {k: {s: 0 for s in STATUSES} for k in KINDS}
+    for o in self.outcomes: out.setdefault(o["kind"], {s: 0 for s in STATUSES})[o["status"]] += 1
+    return out
+
+  def totals(self) -> dict[str, int]:
+    return {s: sum(c[s] for c in self.counts.values()) for s in STATUSES}
+
+  def verdict(self) -> tuple[int, str]:
+    """(exit code, one-line verdict) under the policy of DESIGN.md."""
+    t = self.totals()
+    n = len(self.outcomes)
+    if n == 0: return EXIT_HARNESS, "FAIL: nothing was replayed (no captures selected)"
+    if t["mismatch"]: return EXIT_MISMATCH, f"FAIL: {t['mismatch']} of {n} captures produce different outputs"
+    if (t["error"] or t["incompatible"]) and not self.allow_incompatible:
+      return EXIT_HARNESS, f"FAIL: {t['error']} replay errors and {t['incompatible']} incompatible captures of {n}"
+    if t["changed"] and self.expect_no_change: return EXIT_CHANGED, f"FAIL: {t['changed']} captures changed kernels, and no change was promised"
+    if t["changed"]: return EXIT_OK, f"OK: {t['changed']} of {n} captures changed kernels; outputs are the same"
+    extra = f" ({t['error'] + t['incompatible']} errors/incompatible allowed)" if t["error"] or t["incompatible"] else ""
+    return EXIT_OK, f"OK: all {n} captures replay the same{extra}"
+
+  def interesting(self) -> list[dict]:
+    return [o for o in self.outcomes if o["status"] != "same"]
+
+
+def _title(s: Summary) -> str:
+  r = s.replay
+  base = f"base {r.get('base_ref') or 'working tree'}" + (f" ({r['base_commit'][:10]})" if r.get("base_commit") else "")
+  return f"replay {r['id']}: captures of run {r.get('capture_run_id')} against {base}"
+
+
+def _table_rows(s: Summary) -> list[list]:
+  rows = []
+  for kind, c in s.counts.items():
+    total = sum(c.values())
+    if total or kind in KINDS: rows.append([kind, total] + [c[st] for st in STATUSES])
+  return rows
+
+
+def _detail(o: dict) -> str:
+  return o.get("diff") or o.get("reason") or ""
+
+
+def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
+  out = [_title(s), tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="simple")]
+  shown = s.interesting()[:max_diffs]
+  for o in shown:
+    out.append(f"\n--- capture {o['capture_id']} [{o['kind']}] {o['status']}: {o['name']} @ {o['location']}")
+    lines = _detail(o).splitlines()
+    out.extend(lines[:max_lines] + ([f"... ({len(lines) - max_lines} more lines; replay show {o['capture_id']})"] if len(lines) > max_lines else []))
+  if len(s.interesting()) > len(shown): out.append(f"\n... and {len(s.interesting()) - len(shown)} more; see replay report")
+  out.append("\n" + s.verdict()[1])
+  return "\n".join(out)
+
+
+def render_markdown(s: Summary, max_diffs: int = 10) -> str:
+  out = [f"### {_title(s)}", "", tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="github"), ""]
+  for o in s.interesting()[:max_diffs]:
+    out += [f"<details><summary>capture {o['capture_id']} [{o['kind']}] <b>{o['status']}</b>: {html.escape(o['name'])} @ "
+            f"<code>{html.escape(o['location'])}</code></summary>", "", "```diff", _detail(o), "```", "</details>", ""]
+  out.append(f"**{s.verdict()[1]}**")
+  return "\n".join(out)
+
+
+def render_json(s: Summary) -> str:
+  code, verdict = s.verdict()
+  doc = {"schema": "replay-report/1", "replay": {k: s.replay.get(k) for k in ("id", "capture_run_id", "base_ref", "base_commit", "head_commit",
+                                                                                  "started", "finished", "jobs")},
+         "counts": s.counts, "totals": s.totals(), "exit_code": code, "verdict": verdict,
+         "outcomes": [{"capture_id": o["capture_id"], "kind": o["kind"], "name": o["name"], "location": o["location"], "status": o["status"],
+                       "reason": o.get("reason") or "", "diff": o.get("diff") or "", "metrics": json.loads(o["metrics"]) if isinstance(o.get("metrics"), str)
+                       else (o.get("metrics") or {}), "seconds": o.get("seconds") or 0.0} for o in s.outcomes]}
+  return json.dumps(doc, indent=2, sort_keys=True)
+
+
+def render_junit(s: Summary) -> str:
+  suites = ET.Element("testsuites", name="replay")
+  for kind in KINDS:
+    group = [o for o in s.outcomes if o["kind"] == kind]
+    suite = ET.SubElement(suites, "testsuite", name=f"replay.{kind}", tests=str(len(group)),
+                          failures=str(sum(o["status"] in ("mismatch",) or (o["status"] == "changed" and s.expect_no_change) for o in group)),
+                          errors=str(sum(o["status"] in ("error", "incompatible") for o in group)))
+    for o in group:
+      case = ET.SubElement(suite, "testcase", classname=f"replay.{kind}", name=f"{o['capture_id']} {o['name']} @ {o['location']}",
+                           time=f"{o.get('seconds') or 0.0:.3f}")
+      if o["status"] == "mismatch" or (o["status"] == "changed" and s.expect_no_change):
+        ET.SubElement(case, "failure", message=o["status"]).text = _detail(o)
+      elif o["status"] in ("error", "incompatible"):
+        ET.SubElement(case, "error", message=o["status"]).text = _detail(o)
+      elif o["status"] == "changed":
+        ET.SubElement(case, "system-out").text = _detail(o)
+  return ET.tostring(suites, encoding="unicode")
+
+
+def _side_by_side(diff_text: str) -> str:
+  """A unified diff as a two-column table: base on the left, captured on the right."""
+  left, right = [], []
+  for line in diff_text.splitlines():
+    if line.startswith(("---", "+++", "@@")): continue
+    if line.startswith("-"): left.append(line[1:])
+    elif line.startswith("+"): right.append(line[1:])
+    else: left.append(line[1:] if line.startswith(" ") else line); right.append(line[1:] if line.startswith(" ") else line)
+  return difflib.HtmlDiff(wrapcolumn=100).make_table(left, right, "base (-)", "captured (+)")
+
+
+def render_html(s: Summary) -> str:
+  rows = "".join(f"<tr><td>{k}</td>" + "".join(f"<td>{v}</td>" for v in vals) + "</tr>" for k, *vals in _table_rows(s))
+  sections = []
+  for o in s.interesting():
+    body = _side_by_side(o["diff"]) if o.get("diff") and o["status"] == "changed" else f"<pre>{html.escape(_detail(o))}</pre>"
+    sections.append(f"<h3>capture {o['capture_id']} [{o['kind']}] {o['status']}: {html.escape(o['name'])} "
+                    f"<small>{html.escape(o['location'])}</small></h3>{body}")
+  style = ("body{font-family:sans-serif} table.diff{font-family:monospace;font-size:12px} .diff_add{background:#cfc} .diff_chg{background:#ffa}"
+           " .diff_sub{background:#fcc} td,th{padding:2px 8px}")
+  return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(_title(s))}</title><style>{style}</style></head><body>"
+          f"<h1>{html.escape(_title(s))}</h1><table border=1><tr><th>kind</th><th>total</th>{''.join(f'<th>{x}</th>' for x in STATUSES)}</tr>{rows}</table>"
+          f"<p><b>{html.escape(s.verdict()[1])}</b></p>{''.join(sections)}</body></html>")
+
+
+RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json, "junit": render_junit, "html": render_html}
+
+
+def render(s: Summary, fmt: str) -> str:
+  if fmt not in RENDERERS: raise ValueError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+  return RENDERERS[fmt](s)

@@ -1,0 +1,89 @@
+"""Revisions: resolve a git revision, keep a cached `git worktree` of it, and build the overlay in
+which the harness (`replay/`, `db/`) is the current one and the system under test comes from the
+worktree. The system under test is `[tool.replay] sut` in pyproject.toml (default scheduler, runtimes).
+"""
+from __future__ import annotations
+import os, pathlib, shutil, subprocess, sys
+from typing import Optional
+
+HARNESS_PACKAGES = ("replay", "db")
+DEFAULT_SUT = ("scheduler", "runtimes")
+
+
+class RevisionError(RuntimeError):
+  """A git operation failed: unknown revision, not a repository, worktree trouble."""
+
+
+def git(*args: str, cwd: Optional[str] = None) -> str:
+  try: proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+  except FileNotFoundError: raise RevisionError("git is not installed") from None
+  if proc.returncode != 0: raise RevisionError(f"git {' '.join(args)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+  return proc.stdout.strip()
+
+
+def repo_root(start: Optional[str] = None) -> pathlib.Path:
+  return pathlib.Path(git("rev-parse", "--show-toplevel", cwd=start))
+
+
+def harness_root() -> pathlib.Path:
+  """The folder that holds this harness's packages (the current tree)."""
+  return pathlib.Path(__file__).resolve().parents[1]
+
+
+def resolve(rev: str, merge_base: bool = False, cwd: Optional[str] = None) -> str:
+  sha = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=cwd) if rev else ""
+  if not sha: raise RevisionError(f"unknown revision {rev!r}")
+  if merge_base: sha = git("merge-base", "HEAD", sha, cwd=cwd)
+  return sha
+
+
+def sut_packages(root: Optional[pathlib.Path] = None) -> tuple[str, ...]:
+  path = (root or harness_root()) / "pyproject.toml"
+  if not path.exists(): return DEFAULT_SUT
+  try:
+    import tomllib
+  except ImportError:  # Python 3.10
+    return _sut_from_text(path.read_text())
+  data = tomllib.loads(path.read_text())
+  sut = data.get("tool", {}).get("replay", {}).get("sut")
+  return tuple(sut) if sut else DEFAULT_SUT
+
+
+def _sut_from_text(text: str) -> tuple[str, ...]:
+  in_section = False
+  for line in text.splitlines():
+    if line.strip().startswith("["): in_section = line.strip() == "[tool.replay]"
+    elif in_section and line.strip().startswith("sut"):
+      return tuple(x.strip().strip("'\"") for x in line.split("=", 1)[1].strip().strip("[]").split(",") if x.strip())
+  return DEFAULT_SUT
+
+
+def cache_root(root: pathlib.Path) -> pathlib.Path:
+  return pathlib.Path(os.getenv("REPLAY_CACHE_DIR") or (root / ".replay"))
+
+
+def worktree(sha: str, root: pathlib.Path) -> pathlib.Path:
+  """A detached worktree of `sha`, made once and reused."""
+  path = cache_root(root) / "worktrees" / sha
+  if (path / ".git").exists():
+    return path
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if path.exists(): shutil.rmtree(path)
+  git("worktree", "prune", cwd=str(root))
+  git("worktree", "add", "--detach", "--force", str(path), sha, cwd=str(root))
+  return path
+
+
+def overlay(sha: str, root: pathlib.Path) -> pathlib.Path:
+  """A folder whose packages are: the system under test from the worktree of `sha`, the harness from here."""
+  tree = worktree(sha, root)
+  path = cache_root(root) / "overlays" / sha
+  path.mkdir(parents=True, exist_ok=True)
+  links = {pkg: tree / pkg for pkg in sut_packages()} | {pkg: harness_root() / pkg for pkg in HARNESS_PACKAGES}
+  for name, target in links.items():
+    link = path / name
+    if link.is_symlink() or link.exists():
+      if link.is_symlink() and pathlib.Path(os.readlink(link)) == target: continue
+      link.unlink() if link.is_symlink() else shutil.rmtree(link)
+    if target.exists(): link.symlink_to(target, target_is_directory=True)
+  return path

@@ -1,0 +1,196 @@
+"""The replay runner: feeds a selection of captures to worker processes that run the compiler under
+test, isolates crashes and hangs to the capture that caused them, and stores every outcome.
+
+Sits between the command line and the workers (`replay/worker.py`); talks to the database
+through `db/`.
+"""
+from __future__ import annotations
+import json, os, selectors, signal, struct, subprocess, sys, time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+from db import Store
+
+STATUSES = ("same", "changed", "mismatch", "error", "incompatible")
+
+
+@dataclass
+class RunOptions:
+  jobs: int = max(1, os.cpu_count() or 1)
+  timeout: float = 120.0
+  max_changed: Optional[str] = None  # a count ("10") or a percentage ("5%") of the selection
+  tolerances: Optional[dict] = None
+  progress: bool = True
+
+
+@dataclass
+class ReplayResult:
+  replay_id: int
+  outcomes: list[dict]
+  stopped_early: bool = False
+  wall_seconds: float = 0.0
+  compiler_seconds: float = 0.0
+
+  def counts(self) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for o in self.outcomes:
+      row = out.setdefault(o["kind"], {s: 0 for s in STATUSES})
+      row[o["status"]] += 1
+    return out
+
+
+class _Worker:
+  def __init__(self, python_path: list[str], env_extra: dict[str, str]):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "CAPTURE_PROCESS_REPLAY": "0", **env_extra}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    self.proc = subprocess.Popen([sys.executable, "-m", "replay.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL if not os.getenv("REPLAY_WORKER_STDERR") else None, env=env,
+                                 cwd=python_path[0], start_new_session=True)
+    self.buf = b""
+    self.task: Optional[dict] = None
+    self.deadline = 0.0
+    self.ready = False
+
+  def send(self, capture: dict, input_data: bytes, output_data: bytes, tolerances, timeout: float) -> None:
+    header = json.dumps({"capture_id": capture["id"], "kind": capture["kind"], "flags": json.loads(capture["flags"] or "{}"),
+                         "tolerances": tolerances, "input_len": len(input_data), "output_len": len(output_data)}).encode()
+    self.task, self.deadline = capture, time.monotonic() + timeout
+    assert self.proc.stdin is not None
+    self.proc.stdin.write(struct.pack(">I", len(header)) + header + input_data + output_data)
+    self.proc.stdin.flush()
+
+  def messages(self) -> list[dict]:
+    """Complete messages read so far (call when stdout is readable); raises EOFError when the worker is gone."""
+    assert self.proc.stdout is not None
+    chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+    if not chunk: raise EOFError
+    self.buf += chunk
+    out = []
+    while len(self.buf) >= 4 and len(self.buf) >= 4 + (n := struct.unpack(">I", self.buf[:4])[0]):
+      out.append(json.loads(self.buf[4:4 + n]))
+      self.buf = self.buf[4 + n:]
+    return out
+
+  def kill(self) -> None:
+    try: os.killpg(self.proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError): pass
+    self.proc.wait()
+
+  def death_reason(self) -> str:
+    code = self.proc.wait()
+    if code < 0:
+      try: name = signal.Signals(-code).name
+      except ValueError: name = str(-code)
+      return f"worker crashed with {name}"
+    return f"worker exited with code {code}"
+
+
+def _limit(max_changed: Optional[str], total: int) -> Optional[int]:
+  if not max_changed: return None
+  s = max_changed.strip()
+  try: return max(1, int(float(s[:-1]) / 100 * total)) if s.endswith("%") else int(s)
+  except ValueError: raise ValueError(f"--max-changed must be a count or a percentage like 5%, got {max_changed!r}") from None
+
+
+class _Progress:
+  def __init__(self, total: int, enabled: bool):
+    self.total, self.done, self.enabled = total, 0, enabled and sys.stderr.isatty()
+    self.t0 = time.monotonic()
+
+  def step(self, counts: dict[str, int]) -> None:
+    self.done += 1
+    if not self.enabled: return
+    width = 30
+    filled = int(width * self.done / max(self.total, 1))
+    tail = " ".join(f"{k}:{v}" for k, v in counts.items() if v)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {time.monotonic() - self.t0:5.1f}s {tail}   ")
+    sys.stderr.flush()
+
+  def close(self) -> None:
+    if self.enabled: sys.stderr.write("\n")
+
+
+def replay_captures(store: Store, captures: list[dict], python_path: list[str], replay_fields: dict, options: RunOptions,
+                    env_extra: Optional[dict[str, str]] = None) -> ReplayResult:
+  """Replay `captures` with the compiler found on `python_path`; every outcome lands in `outcomes`."""
+  t0 = time.monotonic()
+  replay_id = store.add_replay(jobs=options.jobs, **replay_fields)
+  limit = _limit(options.max_changed, len(captures))
+  pending = list(reversed(captures))
+  outcomes: list[dict] = []
+  counts = {s: 0 for s in STATUSES}
+  progress = _Progress(len(captures), options.progress)
+  sel = selectors.DefaultSelector()
+  workers: list[_Worker] = []
+  stopped = False
+  compiler_seconds = 0.0
+
+  def record(capture: dict, result: dict, seconds: float) -> None:
+    nonlocal compiler_seconds
+    compiler_seconds += result.get("compiler_seconds", 0.0)
+    row = {"replay_id": replay_id, "capture_id": capture["id"], "status": result["status"], "reason": result.get("reason", ""),
+           "diff": result.get("diff", ""), "metrics": json.dumps(result.get("metrics", {})), "seconds": seconds}
+    store.add_outcomes([row])
+    outcomes.append({**row, "kind": capture["kind"], "name": capture["name"], "location": capture["location"]})
+    counts[result["status"]] += 1
+    progress.step(counts)
+
+  def start_worker() -> _Worker:
+    w = _Worker(python_path, env_extra or {})
+    assert w.proc.stdout is not None
+    sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+    workers.append(w)
+    return w
+
+  def retire(w: _Worker) -> None:
+    sel.unregister(w.proc.stdout)
+    workers.remove(w)
+    w.kill()
+
+  def feed(w: _Worker) -> None:
+    nonlocal stopped
+    if limit is not None and counts["changed"] + counts["mismatch"] >= limit: stopped = True
+    if stopped or not pending:
+      w.task = None
+      return
+    cap = pending.pop()
+    try: w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), options.tolerances, options.timeout)
+    except BrokenPipeError: w.task = cap  # the worker died at start; the select loop reports it
+
+  try:
+    for _ in range(min(options.jobs, len(captures))): start_worker()
+    while workers:
+      busy = [w for w in workers if w.task is not None]
+      if not busy and all(w.ready for w in workers) and (stopped or not pending): break
+      timeout = min((w.deadline for w in busy), default=time.monotonic() + 1.0) - time.monotonic()
+      for key, _ in sel.select(timeout=max(0.0, min(timeout, 1.0))):
+        w: _Worker = key.data
+        try: msgs = w.messages()
+        except EOFError:
+          task, reason = w.task, w.death_reason()
+          retire(w)
+          if task is not None: record(task, {"status": "error", "reason": reason}, 0.0)
+          elif not w.ready: raise RuntimeError(f"replay worker failed to start ({reason}); run with REPLAY_WORKER_STDERR=1 to see why")
+          if pending and not stopped: feed(start_worker())
+          continue
+        for m in msgs:
+          if m.get("ready"):
+            w.ready = True
+            if w.task is None: feed(w)
+          elif w.task is not None:
+            task = w.task
+            record(task, m, time.monotonic() - (w.deadline - options.timeout))
+            feed(w)
+      now = time.monotonic()
+      for w in [w for w in workers if w.task is not None and w.ready and now > w.deadline]:
+        task = w.task
+        retire(w)
+        record(task, {"status": "error", "reason": f"timed out after {options.timeout:g}s"}, options.timeout)
+        if pending and not stopped: feed(start_worker())
+  finally:
+    for w in list(workers):
+      try:
+        if w.proc.stdin: w.proc.stdin.close()
+      except OSError: pass
+      retire(w)
+    progress.close()
+  return ReplayResult(replay_id, outcomes, stopped, time.monotonic() - t0, compiler_seconds)

@@ -1,0 +1,43 @@
+"""A replay worker process: `python -m replay.worker`, started by the runner with the compiler under
+test on its path. Reads one capture at a time from stdin and answers with its outcome as JSON.
+
+Whatever the compiler prints goes to stderr, so stdout carries only the protocol.
+"""
+from __future__ import annotations
+import json, os, struct, sys
+
+
+def read_exact(f, n: int) -> bytes:
+  buf = b""
+  while len(buf) < n:
+    chunk = f.read(n - len(buf))
+    if not chunk: raise EOFError
+    buf += chunk
+  return buf
+
+
+def send(f, obj: dict) -> None:
+  data = json.dumps(obj).encode()
+  f.write(struct.pack(">I", len(data)) + data)
+  f.flush()
+
+
+def main() -> None:
+  proto_out = os.fdopen(os.dup(1), "wb")
+  os.dup2(2, 1)  # stray prints from the compiler land on stderr
+  sys.stdout = sys.stderr
+  os.environ["CAPTURE_PROCESS_REPLAY"] = "0"
+  stdin = sys.stdin.buffer
+  from replay.replayers import replay_one
+  send(proto_out, {"ready": True, "pid": os.getpid()})
+  while True:
+    try: (hlen,) = struct.unpack(">I", read_exact(stdin, 4))
+    except EOFError: return
+    header = json.loads(read_exact(stdin, hlen))
+    input_data, output_data = read_exact(stdin, header["input_len"]), read_exact(stdin, header["output_len"])
+    result = replay_one(header["kind"], input_data, output_data, header["flags"], header.get("tolerances"))
+    result["capture_id"] = header["capture_id"]
+    send(proto_out, result)
+
+
+if __name__ == "__main__": main()
