@@ -251,6 +251,8 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     if not all_same(shapes): raise ValueError(f"{self.op} has sources of different shapes {shapes}")
     shape = src_sts[0].shape
     if self.op is Ops.REDUCE_AXIS: shape = tuple(1 if i in self.arg[1] else s for i, s in enumerate(shape))
+    if self.op is Ops.BITCAST and shape and self.dtype.itemsize != self.src[0].dtype.itemsize:
+      shape = shape[:-1] + ((shape[-1] * self.src[0].dtype.itemsize) // self.dtype.itemsize,)
     return ShapeTracker.from_shape(shape)
 
   @property

@@ -15,6 +15,8 @@ class KernelError(RuntimeError):
 
 
 _program_cache: dict[tuple[str, bytes], Callable] = {}
+# counts of what ran in this process (the corpus runner prints them)
+stats = {"kernels": 0}
 
 
 def get_program(device: str, ast: UOp) -> Callable:
@@ -38,6 +40,7 @@ def _run_copy(dest: Buffer, src: Buffer) -> None:
 def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None) -> None:
   var_vals = var_vals or {}
   for si in schedule:
+    stats["kernels"] += 1
     for b in si.bufs: b.ensure_allocated()
     ast = si.ast
     if ast.op is Ops.COPY: _run_copy(si.bufs[0], si.bufs[1])

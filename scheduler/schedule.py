@@ -270,12 +270,18 @@ def append_to_kernel(ctx: KernelContext, x: UOp):
   return None
 
 
+def _new_buffer(device: str, x: UOp) -> UOp:
+  """A buffer for x; a symbolic size allocates for the largest value the variables allow."""
+  size = x.size if isinstance(x.size, int) else int(x.size.vmax)
+  return UOp.new_buffer(device, size, x.dtype)
+
+
 create_kernels = PatternMatcher([
   (UPat.assign(UPat.var("b"), UPat(GroupOp.All - {Ops.KERNEL}), name="x"), create_kernel),
-  (UPat(Ops.CONTIGUOUS, name="x"), lambda ctx, x: create_kernel(ctx, x, UOp.new_buffer(x.device, x.size, x.dtype))),
-  (UPat(Ops.COPY, src=(UPat(Ops.DEVICE, name="d"), UPat()), name="x"), lambda ctx, d, x: create_kernel(ctx, x, UOp.new_buffer(d.arg, x.size, x.dtype))),
+  (UPat(Ops.CONTIGUOUS, name="x"), lambda ctx, x: create_kernel(ctx, x, _new_buffer(x.device, x))),
+  (UPat(Ops.COPY, src=(UPat(Ops.DEVICE, name="d"), UPat()), name="x"), lambda ctx, d, x: create_kernel(ctx, x, _new_buffer(d.arg, x))),
   (UPat(GroupOp.All - DONT_PLACE_IN_KERNEL, name="x"),
-   lambda ctx, x: create_kernel(ctx, x, UOp.new_buffer(x.device, x.size, x.dtype)) if x in ctx.realizes else None),
+   lambda ctx, x: create_kernel(ctx, x, _new_buffer(x.device, x)) if x in ctx.realizes else None),
   (UPat(Ops.KERNEL, name="x"), append_to_kernel),
   (UPat(Ops.SINK, name="x"), lambda x: x.replace(src=tuple(s.base for s in x.src)) if any(s.op is Ops.VIEW for s in x.src) else None),
 ])

@@ -105,6 +105,12 @@ class Tensor(MathMixin):
     self.lazydata: UOp = data if data.device == device else data.copy_to_device(device)
     all_tensors[weakref.ref(self, _forget_tensor)] = None
 
+  class train:
+    """`with Tensor.train():` switches dropout and batchnorm to training for a block (and back on exit)."""
+    def __init__(self, mode: bool = True): self.mode = mode
+    def __enter__(self): self.prev, Tensor.training = Tensor.training, self.mode
+    def __exit__(self, *exc): Tensor.training = self.prev
+
   def __repr__(self): return f"<Tensor {self.lazydata.device} {self.shape} {self.dtype}" + (" requires_grad" if self.requires_grad else "") + ">"
   def __hash__(self): return id(self)
   def __bool__(self): raise TypeError("__bool__ on Tensor is not defined")
@@ -952,7 +958,15 @@ class Tensor(MathMixin):
   def bitcast(self, dtype) -> Tensor:
     dt = to_dtype(dtype)
     if self.requires_grad: raise RuntimeError("can't backprop through bitcast")
-    if dt.itemsize != self.dtype.itemsize: raise RuntimeError(f"bitcast needs dtypes of the same size, got {self.dtype} and {dt}")
+    if (ns := dt.itemsize) != (os_ := self.dtype.itemsize) and (not self.shape or (self.shape[-1] * os_) % ns != 0):
+      raise RuntimeError(f"cannot bitcast {self.dtype}{list(self.shape)} to {dt}: the last axis is not a whole number of {dt}")
+    if not self.device.startswith("DISK") and ns != os_:
+      # different sizes off DISK: regroup the bytes with shifts through unsigned ints
+      new_uint, old_uint = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[ns], \
+        {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[os_]
+      tmp = self.bitcast(old_uint)
+      if ns > os_: return functools.reduce(Tensor.add, (tmp[..., i::ns // os_].cast(new_uint) * (1 << (8 * i * os_)) for i in range(ns // os_))).bitcast(dt)
+      return Tensor.stack(*(tmp // (1 << (8 * i * ns)) for i in range(os_ // ns)), dim=-1).flatten(-2).cast(new_uint).bitcast(dt)
     return self._apply_uop(UOp.bitcast, dtype=dt) if self.dtype != dt else self
 
   def float(self) -> Tensor: return self.cast(dtypes.float32)

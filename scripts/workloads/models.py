@@ -1,0 +1,126 @@
+"""The model workloads of the corpus: fixed seeds, small shapes."""
+from __future__ import annotations
+import os, tempfile
+import numpy as np
+from scheduler import Tensor, dtypes, Variable, nn
+from scheduler.nn.optim import SGD, Adam, AdamW
+from scheduler.nn.state import get_parameters, get_state_dict, safe_save, safe_load, load_state_dict
+
+
+def _data(seed: int, shape, classes: int):
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(shape).astype(np.float32)
+  y = rng.integers(0, classes, shape[0]).astype(np.int32)
+  return Tensor(x).realize(), Tensor(y).realize()
+
+
+class MLP:
+  def __init__(self, sizes=(16, 32, 4)):
+    self.l1, self.l2 = nn.Linear(sizes[0], sizes[1]), nn.Linear(sizes[1], sizes[2])
+  def __call__(self, x: Tensor) -> Tensor: return self.l2(self.l1(x).relu())
+
+
+def mlp_sgd(steps: int = 5) -> dict:
+  """A 2-layer MLP trained for a few SGD steps (momentum) on synthetic data."""
+  Tensor.manual_seed(1)
+  model = MLP()
+  x, y = _data(0, (32, 16), 4)
+  opt = SGD(get_parameters(model), lr=0.1, momentum=0.9)
+  losses = []
+  with Tensor.train():
+    for _ in range(steps):
+      opt.zero_grad()
+      loss = model(x).sparse_categorical_crossentropy(y)
+      loss.backward()
+      opt.step()
+      losses.append(loss.item())
+  return {"outputs": [model.l1.weight.numpy(), model(x).numpy()], "losses": losses}
+
+
+class CNN:
+  def __init__(self):
+    self.conv, self.bn, self.fc = nn.Conv2d(1, 4, 3), nn.BatchNorm(4), nn.Linear(4 * 3 * 3, 3)
+  def __call__(self, x: Tensor) -> Tensor:
+    return self.fc(self.bn(self.conv(x)).relu().max_pool2d().reshape(x.shape[0], -1))
+
+
+def cnn_adam(steps: int = 4) -> dict:
+  """A small CNN (conv, batchnorm, max-pool, linear) trained for a few Adam steps."""
+  Tensor.manual_seed(2)
+  model = CNN()
+  x, y = _data(3, (8, 1, 8, 8), 3)
+  opt = Adam(get_parameters(model), lr=0.01)
+  losses = []
+  with Tensor.train():
+    for _ in range(steps):
+      opt.zero_grad()
+      loss = model(x).sparse_categorical_crossentropy(y)
+      loss.backward()
+      opt.step()
+      losses.append(loss.item())
+  with Tensor.train(False): evaluated = model(x).numpy()
+  return {"outputs": [model.conv.weight.numpy(), model.bn.running_mean.numpy(), evaluated], "losses": losses}
+
+
+class Block:
+  def __init__(self, vocab=11, dim=16, heads=2, seq=6):
+    self.emb, self.pos = nn.Embedding(vocab, dim), nn.Embedding(seq, dim)
+    self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+    self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+    self.fc1, self.fc2, self.head = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim), nn.Linear(dim, vocab)
+    self.heads, self.dim = heads, dim
+
+  def __call__(self, idx: Tensor) -> Tensor:
+    b, t = idx.shape
+    x = self.emb(idx) + self.pos(Tensor.arange(t).reshape(1, t))
+    q, k, v = self.qkv(self.ln1(x)).reshape(b, t, 3, self.heads, self.dim // self.heads).permute(2, 0, 3, 1, 4).chunk(3)
+    att = q.squeeze(0).scaled_dot_product_attention(k.squeeze(0), v.squeeze(0), is_causal=True)
+    x = x + self.proj(att.permute(0, 2, 1, 3).reshape(b, t, self.dim))
+    x = x + self.fc2(self.fc1(self.ln2(x)).gelu())
+    return self.head(x)
+
+
+def transformer_adamw() -> dict:
+  """A transformer block (embedding, causal attention, layernorm, MLP): forward and one AdamW step."""
+  Tensor.manual_seed(4)
+  model = Block()
+  rng = np.random.default_rng(5)
+  idx = Tensor(rng.integers(0, 11, (2, 6)).astype(np.int32)).realize()
+  tgt = Tensor(rng.integers(0, 11, (2, 6)).astype(np.int32)).realize()
+  opt = AdamW(get_parameters(model), lr=0.01)
+  with Tensor.train():
+    logits = model(idx)
+    loss = logits.sparse_categorical_crossentropy(tgt)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    loss_after = model(idx).sparse_categorical_crossentropy(tgt)
+  return {"outputs": [logits.numpy(), model.qkv.weight.numpy()], "losses": [loss.item(), loss_after.item()]}
+
+
+def symbolic_seq() -> dict:
+  """A variable sequence length bound to several values: the same kernels, different lengths."""
+  rng = np.random.default_rng(6)
+  x = Tensor(rng.standard_normal((12, 8)).astype(np.float32)).realize()
+  w = Tensor(rng.standard_normal((8, 4)).astype(np.float32)).realize()
+  seq = Variable("seq", 1, 12)
+  outs = []
+  for n in (3, 7, 12):
+    part = x.shrink(((0, seq.bind(n)), None))
+    outs.append((part @ w).relu().sum(0).numpy())
+  return {"outputs": outs}
+
+
+def disk_state_dict() -> dict:
+  """Save a model's state dict as safetensors and load it back through the DISK device."""
+  Tensor.manual_seed(7)
+  model = MLP((6, 5, 2))
+  for p in get_parameters(model): p.realize()
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "model.safetensors")
+    safe_save(get_state_dict(model), path)
+    loaded = safe_load(path)
+    other = MLP((6, 5, 2))
+    load_state_dict(other, loaded)
+    x = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)).realize()
+    return {"outputs": [other(x).numpy(), model(x).numpy()]}
