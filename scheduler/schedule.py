@@ -436,17 +436,18 @@ def _create_schedule_with_vars(big_sink: UOp) -> tuple[list[ScheduleItem], dict[
       if v.base.op is Ops.BUFFER: becomes_map[k] = v
       if v.base.op is Ops.CONST and all_int(v.shape): becomes_map[k] = v
 
-  # a kernel that reads a buffer runs before the kernel that assigns to it
-  kernel_assign: dict[UOp, UOp] = {}
-  assign_rep: dict[UOp, UOp] = {}
+  # a kernel that reads a buffer (its old value) runs before the kernel that assigns to it. All assigns are
+  # collected first: the reference only saw assigns earlier in the toposort and missed readers that come first.
+  kernel_assign: dict[UOp, UOp] = {u.buf_uop: u for u in sched_sink.toposort if u.op is Ops.ASSIGN}
+  readers: dict[UOp, list[UOp]] = {}
   for u in sched_sink.toposort:
     if u.op is not Ops.ASSIGN: continue
-    kernel_assign[u.buf_uop] = u
     for s in u.src[1].src:
       if s.op is not Ops.BUFFER or s is u.buf_uop or (a := kernel_assign.get(s)) is None: continue
       if any(x.op is Ops.ASSIGN and x.buf_uop is s for x in u.toposort):
         raise ScheduleError(f"cycle detected in graph, kernel for {u.buf_uop.arg} must either depend on ASSIGN or BUFFER")
-      assign_rep[a] = kernel_assign[s] = a.replace(src=a.src + (u,))
+      readers.setdefault(a, []).append(u)
+  assign_rep = {a: a.replace(src=a.src + tuple(dedup(us))) for a, us in readers.items()}
   if assign_rep:
     sched_sink = sched_sink.substitute(assign_rep)
     type_verify(list(sched_sink.toposort), kernel_spec)
@@ -457,7 +458,8 @@ def _create_schedule_with_vars(big_sink: UOp) -> tuple[list[ScheduleItem], dict[
   for u in sched_sink.toposort:
     if u.op is not Ops.ASSIGN: continue
     in_degree[u] = 0
-    for s in u.src[1].src:
+    # a kernel waits for the assigns it reads (kernel sources) and for the kernels that must read before it writes (extra ASSIGN sources)
+    for s in u.src[1].src + u.src[2:]:
       if s.op is not Ops.ASSIGN: continue
       children.setdefault(s, []).append(u)
       in_degree[u] += 1

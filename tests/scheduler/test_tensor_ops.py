@@ -217,3 +217,21 @@ def test_bad_input_errors_are_clear():
   with pytest.raises(IndexError, match="out of bounds"): Tensor(A)[7]
   with pytest.raises(TypeError, match="can't create Tensor"): Tensor(object())
   with pytest.raises(RuntimeError, match="cannot dot"): Tensor(A) @ Tensor(A)
+
+
+def test_a_kernel_reading_a_buffer_runs_before_the_assign_to_it():
+  """Realizing two rand calls in one schedule gives what realizing them one by one gives (the second assigns the
+  rng counter the first reads)."""
+  Tensor.manual_seed(9)
+  a1, b1 = Tensor.rand(3), Tensor.rand(3)
+  Tensor.realize(a1, b1)
+  Tensor.manual_seed(9)
+  a2 = Tensor.rand(3).numpy()
+  b2 = Tensor.rand(3).numpy()
+  np.testing.assert_array_equal(a1.numpy(), a2)
+  np.testing.assert_array_equal(b1.numpy(), b2)
+  c = Tensor.ones(4).contiguous().realize()
+  d = c * 2
+  c.assign(Tensor.full((4,), 5.0))
+  Tensor.realize(d, c)
+  np.testing.assert_array_equal(d.numpy(), np.full(4, 2.0, np.float32))
