@@ -89,7 +89,10 @@ def _exec_inputs(sink) -> tuple[dict, dict]:
   from scheduler.ops import Ops
   cap, contents, omitted = max_exec_bytes(), {}, []
   for u in sink.toposort:
-    if u.op is not Ops.BUFFER or (buf := u.realized) is None: continue
+    if u.op is not Ops.BUFFER: continue
+    # a DISK buffer holds its file's bytes even before anything maps it
+    if u.device.startswith("DISK:") and u.realized is None: u.buffer.ensure_allocated()
+    if (buf := u.realized) is None: continue
     if buf.nbytes > cap:
       data = buf.numpy()
       contents[u] = {"omitted": True, "size": buf.size, "dtype": buf.dtype.name, "nbytes": buf.nbytes, "sha256": hashlib.sha256(data.tobytes()).hexdigest()}

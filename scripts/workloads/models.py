@@ -120,11 +120,13 @@ def disk_state_dict() -> dict:
   Tensor.manual_seed(7)
   model = MLP((6, 5, 2))
   for p in get_parameters(model): p.realize()
-  with tempfile.TemporaryDirectory() as tmp:
-    path = os.path.join(tmp, "model.safetensors")
-    safe_save(get_state_dict(model), path)
-    loaded = safe_load(path)
-    other = MLP((6, 5, 2))
-    load_state_dict(other, loaded)
-    x = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)).realize()
-    return {"outputs": [other(x).numpy(), model(x).numpy()]}
+  # a fixed path: the DISK device's name is part of the captured graph, and identical runs should store identical payloads
+  folder = os.path.join(tempfile.gettempdir(), f"process-replay-disk-workload-{os.getuid() if hasattr(os, 'getuid') else 0}")
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(folder, "model.safetensors")
+  safe_save(get_state_dict(model), path)
+  loaded = safe_load(path)
+  other = MLP((6, 5, 2))
+  load_state_dict(other, loaded)
+  x = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)).realize()
+  return {"outputs": [other(x).numpy(), model(x).numpy()]}

@@ -1,0 +1,159 @@
+"""Capture: all three kinds from the corpus, no duplicate blobs, durability under SIGKILL, concurrent
+writers, the restricted unpickler, and captures surviving a reordered Ops enum."""
+import json, os, pickle, shutil, signal, subprocess, sys, textwrap, time
+import numpy as np
+import pytest
+from db import Store
+from replay import serialize
+from tests.conftest import REPO
+from tests.replay.conftest import cli
+
+
+def run_py(code: str, db, extra_env=None, cwd=REPO, **kw):
+  env = {**os.environ, "PYTHONPATH": str(cwd), "REPLAY_DB": str(db), "CAPTURE_PROCESS_REPLAY": "1", **(extra_env or {})}
+  env.pop("PYTEST_CURRENT_TEST", None)
+  return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env, **kw)
+
+
+@pytest.mark.slow
+def test_corpus_fills_all_kinds_and_a_second_run_adds_no_blob(tmp_path):
+  db = tmp_path / "r.db"
+  env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db), "CAPTURE_PROCESS_REPLAY": "1"}
+  env.pop("PYTEST_CURRENT_TEST", None)
+  names = ["mlp_sgd", "disk_state_dict", "symbolic_seq", "ref_matmul", "ref_rand"]
+  for _ in range(2): subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", *names], cwd=REPO, env=env, check=True, capture_output=True)
+  s = Store(str(db))
+  runs = sorted({c["run_id"] for c in s.captures()})
+  assert len(runs) == 2
+  first, second = s.capture_counts(runs[0]), s.capture_counts(runs[1])
+  assert first == second and all(first.get(k, 0) > 0 for k in ("schedule", "kernel", "exec"))
+  blobs_after_two = s.blob_count()
+  assert blobs_after_two == len({c["input_sha"] for c in s.captures()} | {c["output_sha"] for c in s.captures()})
+  first_blobs = {c["input_sha"] for c in s.captures(run_ids=[runs[0]])} | {c["output_sha"] for c in s.captures(run_ids=[runs[0]])}
+  assert blobs_after_two == len(first_blobs)
+  run = s.run(runs[0])
+  assert run["python"] and run["numpy"] and json.loads(run["argv"]) and "mlp_sgd" in run["argv"]
+  loc = {c["location"] for c in s.captures(kinds=["exec"])}
+  assert any("models.py" in l for l in loc)
+
+
+WORKER = """
+  import numpy as np, sys
+  from scheduler import Tensor
+  x = Tensor(np.arange(64, dtype=np.float32)).realize()
+  for i in range(10_000):
+    (x * (i + 1) + 1).sum().realize()
+    print(i, flush=True)
+"""
+
+
+def test_sigkill_mid_workload_loses_nothing_that_returned(tmp_path):
+  db = tmp_path / "r.db"
+  proc = run_py(WORKER, db, stdout=subprocess.PIPE, text=True)
+  returned = -1
+  deadline = time.time() + 120
+  while returned < 40 and time.time() < deadline:
+    line = proc.stdout.readline()
+    if line: returned = int(line.split()[0])
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  assert returned >= 40
+  s = Store(str(db))
+  assert s.integrity_ok()
+  execs = s.captures(kinds=["exec"])
+  # one exec capture for the input, then one per loop iteration that printed
+  assert len(execs) >= returned + 2
+  for c in execs[:returned + 2]:
+    serialize.loads(s.get_blob(c["input_sha"])), serialize.loads(s.get_blob(c["output_sha"]))
+
+
+def test_four_concurrent_writers_lose_nothing(tmp_path):
+  db = tmp_path / "r.db"
+  code = """
+    import numpy as np
+    from scheduler import Tensor
+    x = Tensor(np.arange(16, dtype=np.float32)).realize()
+    for i in range(25): (x * (i + 1)).realize()
+  """
+  procs = [run_py(code, db, extra_env={"REPLAY_RUN_ID": ""}) for _ in range(4)]
+  assert all(p.wait(timeout=300) == 0 for p in procs)
+  s = Store(str(db))
+  counts = s.capture_counts()
+  # per process: 1 + 25 realizes and schedules
+  assert counts["exec"] == 4 * 26 and counts["schedule"] == 4 * 26
+  assert len({c["run_id"] for c in s.captures()}) == 4
+
+
+class _Evil:
+  def __reduce__(self): return (os.system, (f"touch {os.environ.get('EVIL_MARKER', '/tmp/evil-marker')}",))
+
+
+def test_planted_pickle_does_not_run(tmp_path, monkeypatch):
+  marker = tmp_path / "pwned"
+  monkeypatch.setenv("EVIL_MARKER", str(marker))
+  data = serialize.FORMAT + pickle.dumps({"graph": _Evil()})
+  with pytest.raises(serialize.UnsafePickleError, match="posix.system|os.system|nt.system"): serialize.loads(data)
+  assert not marker.exists()
+  # the same payload planted in a database: replay reports it and runs nothing
+  s = Store(str(tmp_path / "r.db"))
+  s.add_capture(s.add_run(argv="[]"), "schedule", "k", "evil", "planted", data, serialize.dumps({"asts": [], "var_vals": {}}), {})
+  s.close()
+  proc = cli("run", "--jobs", "1", db=tmp_path / "r.db")
+  assert proc.returncode == 4 and "incompatible" in proc.stdout and "system" in proc.stdout
+  assert not marker.exists()
+  with pytest.raises(serialize.PayloadFormatError): serialize.loads(b"garbage")
+
+
+def test_capture_survives_reordered_ops(tmp_path):
+  db = tmp_path / "r.db"
+  code = """
+    import numpy as np
+    from scheduler import Tensor
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4)).realize()
+    (x.exp() @ x.T).sum(1).realize()
+  """
+  assert run_py(code, db).wait(timeout=120) == 0
+  copy = tmp_path / "tree"
+  for pkg in ("scheduler", "runtimes", "replay", "db"): shutil.copytree(REPO / pkg, copy / pkg)
+  ops_py = copy / "scheduler" / "ops.py"
+  ops_py.write_text(ops_py.read_text().replace("  # graph roots and kernels\n", "  # graph roots and kernels\n  ZZ_NEW_OP = enum.auto()\n", 1))
+  env = {**os.environ, "PYTHONPATH": str(copy), "REPLAY_DB": str(db)}
+  check = """
+    from db import Store
+    from replay import serialize
+    from scheduler.ops import Ops
+    assert Ops.SINK.value == 2
+    s = Store()
+    for c in s.captures(): serialize.loads(s.get_blob(c["input_sha"])); serialize.loads(s.get_blob(c["output_sha"]))
+    print(len(s.captures()))
+  """
+  out = subprocess.run([sys.executable, "-c", textwrap.dedent(check)], cwd=copy, env=env, capture_output=True, text=True)
+  assert out.returncode == 0, out.stderr
+  assert int(out.stdout) > 3
+  proc = subprocess.run([sys.executable, "-m", "replay", "run", "--jobs", "1"], cwd=copy, env=env, capture_output=True, text=True)
+  assert proc.returncode == 0 and "replay the same" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_capture_is_off_by_default_and_the_compiler_does_not_import_the_harness():
+  code = "import sys, numpy as np\nfrom scheduler import Tensor\n(Tensor(np.ones(4, np.float32)) * 2).numpy()\n" \
+         "print(any(m.split('.')[0] in ('replay', 'db', 'sqlite_utils') for m in sys.modules))"
+  env = {k: v for k, v in os.environ.items() if k != "CAPTURE_PROCESS_REPLAY"}
+  out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+  assert out.stdout.strip() == "False", out.stderr
+
+
+def test_large_exec_buffers_are_recorded_by_hash(tmp_path):
+  db = tmp_path / "r.db"
+  code = """
+    import numpy as np
+    from scheduler import Tensor
+    x = Tensor(np.arange(4096, dtype=np.float32)).realize()
+    (x * 2).realize()
+  """
+  assert run_py(code, db, extra_env={"REPLAY_MAX_EXEC_BYTES": "1024"}).wait(timeout=120) == 0
+  s = Store(str(db))
+  last = s.captures(kinds=["exec"])[-1]
+  assert json.loads(last["meta"])["omitted_buffers"] == 1
+  payload = serialize.loads(s.get_blob(last["input_sha"]))
+  (info,) = [v for v in payload["buffers"].values()]
+  assert info["omitted"] and info["nbytes"] == 16384 and len(info["sha256"]) == 64

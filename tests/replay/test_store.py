@@ -1,0 +1,48 @@
+"""The SQLite store: schema and migrations, content-addressed blobs, clear errors for bad files."""
+import sqlite3
+import pytest
+from db import Store, StoreError, SCHEMA_VERSION
+
+
+def test_tables_indexes_and_blob_dedup(tmp_path):
+  s = Store(str(tmp_path / "r.db"))
+  assert {"runs", "captures", "blobs", "replays", "outcomes", "schema_version"} <= set(s.db.table_names())
+  assert any("location" in ix.columns for ix in s.db["captures"].indexes)
+  run = s.add_run(argv="[]")
+  for _ in range(3): s.add_capture(run, "kernel", "k", "E_4", "here", b"same input", b"same output", {"A": 1})
+  assert s.blob_count() == 2 and len(s.captures(run_ids=[run])) == 3
+  assert s.get_blob(s.captures()[0]["input_sha"]) == b"same input"
+  assert s.integrity_ok()
+
+
+def test_browsable_with_plain_sqlite(tmp_path):
+  s = Store(str(tmp_path / "r.db"))
+  s.add_capture(s.add_run(argv="[]"), "exec", "k", "realize", "loc", b"i", b"o", {})
+  s.close()
+  conn = sqlite3.connect(tmp_path / "r.db")
+  assert conn.execute("SELECT kind, name, location FROM captures").fetchall() == [("exec", "realize", "loc")]
+
+
+def test_newer_schema_is_refused(tmp_path):
+  s = Store(str(tmp_path / "r.db"))
+  s.conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+  s.close()
+  with pytest.raises(StoreError, match="newer than this harness"): Store(str(tmp_path / "r.db"))
+
+
+def test_older_file_is_migrated(tmp_path):
+  path = tmp_path / "r.db"
+  conn = sqlite3.connect(path)
+  conn.execute("CREATE TABLE schema_version (version INTEGER)")
+  conn.execute("INSERT INTO schema_version VALUES (0)")
+  conn.commit(); conn.close()
+  s = Store(str(path))
+  assert s._version() == SCHEMA_VERSION and "captures" in s.db.table_names()
+
+
+def test_not_a_database_and_foreign_sqlite(tmp_path):
+  (tmp_path / "junk.db").write_bytes(b"this is not sqlite at all" * 100)
+  with pytest.raises(StoreError, match="not a usable replay database|cannot open"): Store(str(tmp_path / "junk.db"))
+  conn = sqlite3.connect(tmp_path / "other.db"); conn.execute("CREATE TABLE foo (x)"); conn.commit(); conn.close()
+  with pytest.raises(StoreError, match="not a replay database"): Store(str(tmp_path / "other.db"))
+  with pytest.raises(StoreError, match="no replay database"): Store(str(tmp_path / "missing.db"), create=False)
