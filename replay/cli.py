@@ -58,7 +58,7 @@ def capture(cmd):
   code, run_id, counts = run_capture(list(cmd))
   if code != 0: click.echo(f"replay: the captured command exited with code {code}", err=True)
   if not sum(counts.values()): click.echo("replay: warning: the command captured nothing (does it use the compiler?)", err=True)
-  sys.exit(code)
+  sys.exit(code if code >= 0 else 128 - code)  # killed by a signal: the shell's convention
 
 
 # ***** run / diff *****

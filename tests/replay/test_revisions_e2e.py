@@ -1,0 +1,143 @@
+"""End to end across revisions in a throw-away repository built from this project: an unchanged head,
+a fusion-rule change, broken arithmetic in the C renderer, a renamed module, and a base whose kernels
+crash or hang."""
+import os, pathlib, shutil, subprocess, sys
+import pytest
+from tests.conftest import REPO
+from tests.replay.conftest import cli, capture_workloads
+from scheduler.device import find_c_compiler
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")]
+WORKLOADS = ["ref_expand_of_expr", "ref_add_const", "ref_matmul_bias_relu"]
+
+
+def git(root, *args):
+  return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+  root = tmp_path_factory.mktemp("project")
+  files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+  for f in files:
+    if not (REPO / f).exists(): continue
+    (root / f).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPO / f, root / f)
+  git(root, "init", "-q", "-b", "main")
+  git(root, "config", "user.email", "t@example.com"); git(root, "config", "user.name", "t")
+  git(root, "add", "-A"); git(root, "commit", "-qm", "A")
+  return root
+
+
+def edit(root: pathlib.Path, path: str, old: str, new: str):
+  p = root / path
+  text = p.read_text()
+  assert old in text, f"{old!r} not in {path}"
+  p.write_text(text.replace(old, new, 1))
+
+
+def commit_on_a(root, branch: str, change) -> str:
+  git(root, "checkout", "-q", "-B", branch, git(root, "rev-list", "--max-parents=0", "HEAD"))
+  change(root)
+  git(root, "add", "-A"); git(root, "commit", "-qm", branch)
+  return git(root, "rev-parse", "HEAD")
+
+
+def statuses(stdout: str) -> dict:
+  rows = {}
+  for line in stdout.splitlines():
+    parts = line.split()
+    if parts and parts[0] in ("schedule", "kernel", "exec") and len(parts) == 7: rows[parts[0]] = dict(zip(
+      ("total", "same", "changed", "mismatch", "error", "incompatible"), map(int, parts[1:])))
+  return rows
+
+
+def test_head_equal_to_base_is_all_same(repo, tmp_path):
+  git(repo, "checkout", "-q", "main")
+  db = tmp_path / "r.db"
+  capture_workloads(db, *WORKLOADS, cwd=repo)
+  proc = cli("diff", "--base", "main", db=db, cwd=repo)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  st = statuses(proc.stdout)
+  assert all(v["same"] == v["total"] > 0 for v in st.values()), proc.stdout
+  assert cli("run", db=db, cwd=repo).returncode == 0
+
+
+def test_fusion_rule_change_is_changed_with_a_readable_diff(repo, tmp_path):
+  # head B no longer realizes an elementwise op before an expand
+  commit_on_a(repo, "no-realize-expand", lambda r: edit(r, "scheduler/schedule.py",
+              "if resolve(prod(tr.shape) < prod(st.shape)) and not DONT_REALIZE_EXPAND: return realize(ctx, tr)",
+              "if False: return realize(ctx, tr)"))
+  db = tmp_path / "r.db"
+  capture_workloads(db, *WORKLOADS, cwd=repo)
+  proc = cli("diff", "--base", "main", db=db, cwd=repo)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  st = statuses(proc.stdout)
+  assert st["schedule"]["changed"] >= 1 and st["exec"]["mismatch"] == 0 and st["exec"]["same"] == st["exec"]["total"]
+  assert "=== kernel" in proc.stdout and "\n-" in proc.stdout and "\n+" in proc.stdout
+  assert "STORE" in proc.stdout
+  proc = cli("diff", "--base", "main", "--expect-no-change", db=db, cwd=repo)
+  assert proc.returncode == 1 and "no change was promised" in proc.stdout
+
+
+def test_broken_c_arithmetic_is_a_mismatch(repo, tmp_path):
+  # float multiplies come out 0.1% too large (index math is int and stays right)
+  commit_on_a(repo, "broken-mul", lambda r: edit(r, "runtimes/cpu.py", '  if op is Ops.CAST: return f"({ct})({s[0]})"',
+              '  if op is Ops.MUL and dtypes.is_float(dtype): return f"({ct})({s[0]}*{s[1]}*1.001f)"\n  if op is Ops.CAST: return f"({ct})({s[0]})"'))
+  db = tmp_path / "r.db"
+  capture_workloads(db, *WORKLOADS, cwd=repo)
+  proc = cli("diff", "--base", "main", db=db, cwd=repo)
+  assert proc.returncode == 3, proc.stdout + proc.stderr
+  st = statuses(proc.stdout)
+  assert st["exec"]["mismatch"] >= 1 and st["kernel"]["changed"] >= 1
+  assert "elements differ" in proc.stdout
+
+
+def test_renamed_module_is_incompatible(repo, tmp_path):
+  def rename(r):
+    git(r, "mv", "scheduler/shape/view.py", "scheduler/shape/views.py")
+    for f in ("scheduler/shape/shapetracker.py", "scheduler/schedule.py"):
+      p = r / f
+      p.write_text(p.read_text().replace("scheduler.shape.view import", "scheduler.shape.views import"))
+  commit_on_a(repo, "renamed", rename)
+  db = tmp_path / "r.db"
+  capture_workloads(db, *WORKLOADS, cwd=repo)
+  proc = cli("diff", "--base", "main", db=db, cwd=repo)
+  assert proc.returncode == 4, proc.stdout + proc.stderr
+  st = statuses(proc.stdout)
+  assert st["schedule"]["incompatible"] == st["schedule"]["total"]
+  assert "scheduler.shape.views" in proc.stdout
+  assert cli("diff", "--base", "main", "--allow-incompatible", db=db, cwd=repo).returncode == 0
+
+
+def test_crashing_and_hanging_kernels_are_errors_and_the_run_completes(repo, tmp_path):
+  def sabotage(r):
+    edit(r, "runtimes/cpu.py", "    if op is Ops.CONST: names[i] = render_const(x.arg, x.dtype)\n",
+         "    if op is Ops.CONST:\n      names[i] = render_const(x.arg, x.dtype)\n"
+         "      if x.arg == 1234.5: line('*(volatile int*)0 = 1;')\n"
+         "      if x.arg == 4321.5: line('for (volatile int spin = 1; spin; ) {}')\n")
+  crashy = commit_on_a(repo, "crashy", sabotage)
+  git(repo, "checkout", "-q", "main")
+  script = tmp_path / "w.py"
+  script.write_text("import numpy as np\nfrom scheduler import Tensor\nx = Tensor(np.arange(8, dtype=np.float32)).realize()\n"
+                    "for c in (2.0, 1234.5, 3.0, 4321.5, 5.0): (x * c).realize()\n")
+  db = tmp_path / "r.db"
+  assert cli("capture", "--", sys.executable, str(script), db=db, cwd=repo).returncode == 0
+  proc = cli("diff", "--base", crashy, "--timeout", "8", "--jobs", "2", "--kind", "exec", db=db, cwd=repo)
+  assert proc.returncode == 4, proc.stdout + proc.stderr
+  st = statuses(proc.stdout)
+  assert st["exec"]["error"] == 2 and st["exec"]["same"] == st["exec"]["total"] - 2
+  assert "SIGSEGV" in proc.stdout or "crashed" in proc.stdout
+  assert "timed out" in proc.stdout
+
+
+def test_bad_revision_and_empty_database_are_clear_errors(repo, tmp_path):
+  git(repo, "checkout", "-q", "main")
+  db = tmp_path / "r.db"
+  proc = cli("diff", "--base", "main", db=db, cwd=repo)
+  assert proc.returncode == 4 and "capture something first" in proc.stderr and "Traceback" not in proc.stderr
+  capture_workloads(db, "ref_add_const", cwd=repo)
+  proc = cli("diff", "--base", "no-such-branch", db=db, cwd=repo)
+  assert proc.returncode == 4 and "unknown revision" in proc.stderr and "Traceback" not in proc.stderr
+  proc = cli("diff", db=db, cwd=repo)
+  assert proc.returncode == 2 and "--base" in proc.stderr
