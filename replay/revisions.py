@@ -31,8 +31,9 @@ def harness_root() -> pathlib.Path:
 
 
 def resolve(rev: str, merge_base: bool = False, cwd: Optional[str] = None) -> str:
-  sha = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=cwd) if rev else ""
-  if not sha: raise RevisionError(f"unknown revision {rev!r}")
+  try: sha = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=cwd) if rev else ""
+  except RevisionError: sha = ""
+  if not sha: raise RevisionError(f"unknown revision {rev!r} (not a branch, tag or commit of this repository)")
   if merge_base: sha = git("merge-base", "HEAD", sha, cwd=cwd)
   return sha
 
