@@ -36,14 +36,16 @@ def _fresh_buffers(graph, contents: Optional[dict] = None, tmpdir: Optional[str]
   from scheduler.ops import UOp, Ops
   contents = contents or {}
   mapping = {}
-  for u in graph.toposort:
-    if u.op is not Ops.BUFFER: continue
+  captured = [u for u in graph.toposort if u.op is Ops.BUFFER]
+  taken = set(captured)
+  for u in captured:
     device = u.device
     if device.startswith("DISK:"):
       fd, path = tempfile.mkstemp(dir=tmpdir, suffix=".disk")
       os.close(fd)
       device = f"DISK:{path}"
-    new = UOp.new_buffer(device, u.size, u.dtype)
+    # buffers are numbered per process: a new one may coincide with a captured one, which would merge the two
+    while (new := UOp.new_buffer(device, u.size, u.dtype)) in taken: pass
     if u in contents:
       data = contents[u]
       if isinstance(data, dict) and data.get("omitted"):

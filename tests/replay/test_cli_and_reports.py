@@ -1,0 +1,86 @@
+"""The replay command line on a captured corpus sample: determinism, browsing, every report format,
+early stop, and usage errors."""
+import json, pathlib, sys
+from xml.etree import ElementTree as ET
+import jsonschema
+import pytest
+from tests.conftest import REPO
+from tests.replay.conftest import cli, capture_workloads
+
+SCHEMA = json.loads((REPO / "replay" / "report.schema.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+  db = tmp_path_factory.mktemp("cli") / "r.db"
+  capture_workloads(db, "mlp_sgd", "ref_softmax", "ref_conv2d_3x3", "symbolic_seq", "disk_state_dict")
+  return db
+
+
+def test_run_right_after_capture_is_all_same(captured):
+  proc = cli("run", "--jobs", "2", db=captured)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert "OK: all" in proc.stdout and "replay the same" in proc.stdout
+  for kind in ("schedule", "kernel", "exec"): assert f"\n{kind}" in proc.stdout
+
+
+def test_reports_in_every_format(captured, tmp_path):
+  assert cli("run", "--jobs", "2", db=captured).returncode == 0
+  doc = json.loads(cli("report", "--format", "json", db=captured).stdout)
+  jsonschema.validate(doc, SCHEMA)
+  assert doc["exit_code"] == 0 and doc["totals"]["same"] == len(doc["outcomes"]) > 0
+  root = ET.fromstring(cli("report", "--format", "junit", db=captured).stdout)
+  assert root.tag == "testsuites" and sum(int(s.get("tests")) for s in root) == len(doc["outcomes"])
+  md = cli("report", "--format", "markdown", db=captured).stdout
+  assert md.startswith("### replay") and "| kind" in md
+  out = tmp_path / "r.html"
+  assert cli("report", "--format", "html", "--output", str(out), db=captured).returncode == 0
+  assert out.read_text().startswith("<!doctype html>")
+
+
+def test_html_shows_side_by_side_diffs(tmp_path):
+  from replay.report import Summary, render_html
+  diff = "--- base\n+++ captured\n@@ -1,2 +1,2 @@\n STORE\n-  ADD dtypes.float\n+  MUL dtypes.float"
+  s = Summary({"id": 1, "capture_run_id": 1, "base_ref": "main", "base_commit": "abc"},
+              [{"capture_id": 3, "kind": "schedule", "name": "1 kernels", "location": "t.py:1", "status": "changed", "diff": diff,
+                "reason": "", "metrics": "{}", "seconds": 0.1}])
+  html = render_html(s)
+  assert 'class="diff"' in html and "base (-)" in html and "captured (+)" in html and '<span class="diff_chg">MUL</span>' in html
+
+
+def test_list_and_show(captured):
+  proc = cli("list", "--kind", "kernel", "--limit", "3", db=captured)
+  assert proc.returncode == 0 and "kernel" in proc.stdout and "more (--limit 0 shows all)" in proc.stdout
+  first_kernel = int(proc.stdout.splitlines()[2].split()[0])
+  shown = cli("show", str(first_kernel), db=captured)
+  assert shown.returncode == 0 and "void " in shown.stdout and "STORE" in shown.stdout and "location" in shown.stdout
+  sched = cli("list", "--kind", "schedule", "--limit", "1", db=captured).stdout.splitlines()[2].split()[0]
+  assert "=== kernel 0 ===" in cli("show", sched, db=captured).stdout
+  proc = cli("show", "999999", db=captured)
+  assert proc.returncode == 4 and "no capture with id 999999" in proc.stderr
+
+
+def test_selection_filters_and_early_stop(captured):
+  proc = cli("run", "--kind", "exec", "--location", "models.py", "--jobs", "1", db=captured)
+  assert proc.returncode == 0
+  assert "\nexec" in proc.stdout and "kernel          0" in proc.stdout
+  proc = cli("run", "--max-changed", "abc", db=captured)
+  assert proc.returncode == 2 and "--max-changed" in proc.stderr
+  proc = cli("run", "--name", "no-such-name", db=captured)
+  assert proc.returncode == 4 and "matched no captures" in proc.stderr
+
+
+def test_usage_errors_exit_2_and_help_everywhere(captured):
+  for cmd in ("capture", "run", "diff", "list", "show", "report", "reset"):
+    proc = cli(cmd, "--help")
+    assert proc.returncode == 0 and "Usage" in proc.stdout, cmd
+  assert cli("report", "--format", "pdf", db=captured).returncode == 2
+  assert cli("capture", db=captured).returncode == 2
+  assert cli("nonsense").returncode == 2
+
+
+def test_reset(tmp_path):
+  db = tmp_path / "r.db"
+  capture_workloads(db, "ref_add_const")
+  assert cli("reset", "--yes", db=db).returncode == 0
+  assert cli("list", db=db).returncode == 4

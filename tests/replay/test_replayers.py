@@ -1,0 +1,33 @@
+"""Replayers in-process: fresh buffers never merge with captured ones, and comparisons follow the policy."""
+import numpy as np
+from scheduler.ops import UOp, Ops, _buffer_num
+from scheduler.dtype import dtypes
+from replay.replayers import _fresh_buffers
+from replay.compare import compare_arrays
+
+
+def test_fresh_buffers_do_not_collide_with_captured_numbers():
+  n = _buffer_num[0]
+  dev = UOp(Ops.DEVICE, arg="PYTHON")
+  # captured buffers numbered exactly as this process's next new buffers will be
+  a, b = UOp(Ops.BUFFER, dtypes.float32, (dev,), (n + 1, 4)), UOp(Ops.BUFFER, dtypes.float32, (dev,), (n + 2, 4))
+  graph = UOp.sink(a, b)
+  out = _fresh_buffers(graph, {a: np.full(4, 1.0, np.float32), b: np.full(4, 2.0, np.float32)})
+  fa, fb = out.src
+  assert fa is not fb and fa not in (a, b) and fb not in (a, b)
+  assert fa.buffer.numpy().tolist() == [1.0] * 4 and fb.buffer.numpy().tolist() == [2.0] * 4
+
+
+def test_numeric_policy():
+  ok, m = compare_arrays(np.array([1.0, np.nan, np.inf], np.float32), np.array([1.0 + 1e-7, np.nan, np.inf], np.float32))
+  assert ok and m["mismatches"] == 0
+  ok, m = compare_arrays(np.array([1.0, 2.0], np.float32), np.array([1.0, 2.1], np.float32))
+  assert not ok and m["mismatches"] == 1 and abs(m["max_abs_err"] - 0.1) < 1e-5
+  ok, _ = compare_arrays(np.array([1, 2], np.int32), np.array([1, 3], np.int32))
+  assert not ok
+  ok, m = compare_arrays(np.array([1, 2], np.int32), np.array([1, 2], np.int64))
+  assert not ok and "int64" in m["reason"]
+  ok, _ = compare_arrays(np.array([np.inf], np.float32), np.array([-np.inf], np.float32))
+  assert not ok
+  ok, _ = compare_arrays(np.array([1.0], np.float32), np.array([1.5], np.float32), {"float32": (0.5, 0.0)})
+  assert ok
