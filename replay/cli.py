@@ -223,6 +223,56 @@ def reset(yes):
   click.echo(f"reset {store.path}")
 
 
+# ***** gate *****
+
+NO_CHANGE_MARKER = "[no-kernel-change]"
+
+
+def promised_no_change() -> tuple[bool, str]:
+  """Whether the change promised no kernel change: the marker in the head commit message or in PR_TITLE."""
+  if NO_CHANGE_MARKER in os.getenv("PR_TITLE", ""): return True, "PR_TITLE"
+  try:
+    from replay.revisions import git
+    if NO_CHANGE_MARKER in git("log", "-1", "--format=%B"): return True, "the head commit message"
+  except RevisionError: pass
+  return False, ""
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--base", required=True, help="The revision to compare with (e.g. origin/main).")
+@click.option("--merge-base", is_flag=True, help="Use the merge base of --base and HEAD.")
+@click.option("--expect-no-change", is_flag=True, help="Fail (exit 1) on kernel changes; also set by [no-kernel-change] in the head commit or PR_TITLE.")
+@click.option("--allow-incompatible", is_flag=True, help="Do not fail on replay errors and incompatible captures.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture.")
+@click.option("--junit", type=click.Path(dir_okay=False, writable=True), default=None, help="Write JUnit XML here.")
+@click.option("--html", type=click.Path(dir_okay=False, writable=True), default=None, help="Write the HTML report here.")
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, junit, html, cmd):
+  """Capture (the bundled corpus, or CMD after --), replay on --base, and apply the CI policy: output mismatches fail
+  (3); kernel changes fail (1) only if no change was promised; errors and incompatible captures fail (4)."""
+  from replay import revisions
+  try: revisions.resolve(base, merge_base, cwd=str(revisions.repo_root()))
+  except RevisionError as e: raise HarnessError(str(e)) from None
+  promised, where = promised_no_change()
+  if promised and not expect_no_change: click.echo(f"replay gate: {NO_CHANGE_MARKER} found in {where}: kernel changes fail", err=True)
+  command = list(cmd) or [sys.executable, "-m", "scripts.workloads"]
+  t0 = time.time()
+  code, run_id, counts = run_capture(command)
+  if code != 0: raise HarnessError(f"the captured command failed with exit code {code}: {' '.join(command)}")
+  if not sum(counts.values()): raise HarnessError(f"the captured command captured nothing: {' '.join(command)}")
+  store = _store()
+  summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None)
+  summary.expect_no_change, summary.allow_incompatible = expect_no_change or promised, allow_incompatible
+  exit_code = finish(store, summary, "text", None)
+  if junit: pathlib.Path(junit).write_text(rpt.render(summary, "junit"))
+  if html: pathlib.Path(html).write_text(rpt.render(summary, "html"))
+  if (step_summary := os.getenv("GITHUB_STEP_SUMMARY")):
+    with open(step_summary, "a") as f: f.write(rpt.render(summary, "markdown") + "\n")
+  click.echo(f"replay gate: {time.time() - t0:.1f}s, exit {exit_code}", err=True)
+  sys.exit(exit_code)
+
+
 def main() -> None:
   try: cli(prog_name="replay")
   except KeyboardInterrupt:

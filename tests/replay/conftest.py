@@ -1,5 +1,5 @@
 """Helpers for harness tests: a private database per test and a way to run the CLI as a user would."""
-import os, subprocess, sys
+import os, pathlib, shutil, subprocess, sys
 import pytest
 from tests.conftest import REPO
 
@@ -24,3 +24,37 @@ def capture_workloads(db, *names: str, cwd=REPO) -> subprocess.CompletedProcess:
   proc = cli("capture", "--", sys.executable, "-m", "scripts.workloads", "--only", *names, db=db, cwd=cwd)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   return proc
+
+
+def git(root, *args):
+  return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+  root = tmp_path_factory.mktemp("project")
+  files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+  for f in files:
+    if not (REPO / f).exists(): continue
+    (root / f).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPO / f, root / f)
+  git(root, "init", "-q", "-b", "main")
+  git(root, "config", "user.email", "t@example.com"); git(root, "config", "user.name", "t")
+  git(root, "add", "-A"); git(root, "commit", "-qm", "A")
+  return root
+
+
+def edit(root: pathlib.Path, path: str, old: str, new: str):
+  p = root / path
+  text = p.read_text()
+  assert old in text, f"{old!r} not in {path}"
+  p.write_text(text.replace(old, new, 1))
+
+
+def commit_on_a(root, branch: str, change, message: str = "") -> str:
+  git(root, "checkout", "-q", "-B", branch, git(root, "rev-list", "--max-parents=0", "HEAD"))
+  change(root)
+  git(root, "add", "-A"); git(root, "commit", "-qm", message or branch)
+  return git(root, "rev-parse", "HEAD")
+
+

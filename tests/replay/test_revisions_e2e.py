@@ -1,46 +1,14 @@
 """End to end across revisions in a throw-away repository built from this project: an unchanged head,
 a fusion-rule change, broken arithmetic in the C renderer, a renamed module, and a base whose kernels
 crash or hang."""
-import os, pathlib, shutil, subprocess, sys
+import sys
 import pytest
 from tests.conftest import REPO
-from tests.replay.conftest import cli, capture_workloads
+from tests.replay.conftest import cli, capture_workloads, git, edit, commit_on_a
 from scheduler.device import find_c_compiler
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")]
 WORKLOADS = ["ref_expand_of_expr", "ref_add_const", "ref_matmul_bias_relu"]
-
-
-def git(root, *args):
-  return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory):
-  root = tmp_path_factory.mktemp("project")
-  files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
-  for f in files:
-    if not (REPO / f).exists(): continue
-    (root / f).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(REPO / f, root / f)
-  git(root, "init", "-q", "-b", "main")
-  git(root, "config", "user.email", "t@example.com"); git(root, "config", "user.name", "t")
-  git(root, "add", "-A"); git(root, "commit", "-qm", "A")
-  return root
-
-
-def edit(root: pathlib.Path, path: str, old: str, new: str):
-  p = root / path
-  text = p.read_text()
-  assert old in text, f"{old!r} not in {path}"
-  p.write_text(text.replace(old, new, 1))
-
-
-def commit_on_a(root, branch: str, change) -> str:
-  git(root, "checkout", "-q", "-B", branch, git(root, "rev-list", "--max-parents=0", "HEAD"))
-  change(root)
-  git(root, "add", "-A"); git(root, "commit", "-qm", branch)
-  return git(root, "rev-parse", "HEAD")
 
 
 def statuses(stdout: str) -> dict:
