@@ -6,8 +6,8 @@ project. The file stays browsable with `sqlite-utils tables/rows` and plain `sql
 """
 from __future__ import annotations
 import hashlib, json, os, pathlib, sqlite3, time, zlib
-from typing import Any, Iterable, Optional
-import sqlite_utils
+from typing import Any, Iterable, Optional, TYPE_CHECKING
+if TYPE_CHECKING: import sqlite_utils
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
@@ -22,7 +22,7 @@ def default_path() -> str: return os.getenv("REPLAY_DB") or DEFAULT_PATH
 
 # ***** migrations: each takes the database from version i to i+1 *****
 
-def _migrate_to_1(db: sqlite_utils.Database) -> None:
+def _migrate_to_1(db: "sqlite_utils.Database") -> None:
   db["runs"].create({"id": int, "started": float, "finished": float, "git_commit": str, "git_dirty": int, "argv": str,
                      "python": str, "numpy": str, "host": str, "flags": str}, pk="id")
   db["blobs"].create({"sha256": str, "size": int, "data": bytes}, pk="sha256")
@@ -60,8 +60,17 @@ class Store:
       conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.DatabaseError as e: raise StoreError(f"cannot open {self.path} as a replay database: {e}") from e
     self.conn = conn
-    self.db = sqlite_utils.Database(conn)
-    self._migrate()
+    self._db: Optional["sqlite_utils.Database"] = None
+    self._known_blobs: set[str] = set()
+    if self._version() != SCHEMA_VERSION: self._migrate()
+
+  @property
+  def db(self) -> "sqlite_utils.Database":
+    """The sqlite-utils view of the connection, made on first use (capturing processes never need it)."""
+    if self._db is None:
+      import sqlite_utils
+      self._db = sqlite_utils.Database(self.conn)
+    return self._db
 
   def close(self) -> None: self.conn.close()
   def __enter__(self): return self
@@ -70,8 +79,10 @@ class Store:
   # ***** schema *****
 
   def _version(self) -> int:
-    if "schema_version" not in self.db.table_names(): return 0
-    row = self.conn.execute("SELECT version FROM schema_version").fetchone()
+    try:
+      if not self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone(): return 0
+      row = self.conn.execute("SELECT version FROM schema_version").fetchone()
+    except sqlite3.DatabaseError as e: raise StoreError(f"{self.path} is not a usable replay database: {e}") from e
     return row[0] if row else 0
 
   def _migrate(self) -> None:
@@ -106,7 +117,8 @@ class Store:
 
   def _put_blob(self, data: bytes) -> str:
     sha = self.blob_sha(data)
-    self.conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)", (sha, len(data), zlib.compress(data, 6)))
+    if sha not in self._known_blobs:
+      self.conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)", (sha, len(data), zlib.compress(data, 1)))
     return sha
 
   def get_blob(self, sha: str) -> bytes:
@@ -119,19 +131,28 @@ class Store:
   # ***** runs and captures *****
 
   def add_run(self, **fields: Any) -> int:
-    with self.transaction(): return self.db["runs"].insert({"started": time.time(), **fields}).last_pk
+    row = {"started": time.time(), **fields}
+    with self.transaction():
+      return self.conn.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())).lastrowid
 
   def finish_run(self, run_id: int) -> None:
-    with self.transaction(): self.db["runs"].update(run_id, {"finished": time.time()})
+    with self.transaction(): self.conn.execute("UPDATE runs SET finished = ? WHERE id = ?", (time.time(), run_id))
+
+  def preload_blob_shas(self, limit: int = 2_000_000) -> None:
+    """Remember which blobs the file already holds, so that a repeated capture skips compressing and inserting them."""
+    if self.blob_count() <= limit: self._known_blobs.update(r[0] for r in self.conn.execute("SELECT sha256 FROM blobs"))
 
   def add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes, output_data: bytes,
-                  flags: dict, meta: Optional[dict] = None) -> int:
+                  flags: dict | str, meta: Optional[dict] = None) -> int:
     with self.transaction():
       in_sha, out_sha = self._put_blob(input_data), self._put_blob(output_data)
       cur = self.conn.execute(
         "INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) VALUES (?,?,?,?,?,?,?,?,?,?)",
-        (run_id, kind, key, name, location, time.time(), in_sha, out_sha, json.dumps(flags, sort_keys=True), json.dumps(meta or {})))
-      return cur.lastrowid
+        (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
+         flags if isinstance(flags, str) else json.dumps(flags, sort_keys=True), json.dumps(meta) if meta else "{}"))
+    # only after the commit: a rolled-back blob must be written again next time
+    self._known_blobs.update((in_sha, out_sha))
+    return cur.lastrowid
 
   def latest_run_id(self) -> Optional[int]:
     row = self.conn.execute("SELECT max(run_id) FROM captures").fetchone()

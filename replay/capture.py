@@ -5,7 +5,7 @@ buffers before the kernels overwrite them) and its outputs when it returns, then
 database in one transaction: a capture is durable as soon as the captured call has returned.
 """
 from __future__ import annotations
-import atexit, hashlib, json, os, platform, socket, subprocess, sys, time, traceback
+import atexit, hashlib, json, os, platform, socket, subprocess, sys, time, weakref
 from typing import Any, Callable, Optional
 import numpy as np
 from db import Store
@@ -30,6 +30,7 @@ class _Sink:
   def get(self) -> tuple[Store, int]:
     if self.pid != os.getpid():
       self.pid, self.store = os.getpid(), Store()
+      self.store.preload_blob_shas()
       env_run = os.getenv("REPLAY_RUN_ID")
       self.run_id = int(env_run) if env_run else self.store.add_run(**run_info())
       if not env_run: atexit.register(self._finish, self.store, self.run_id)
@@ -61,14 +62,23 @@ def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:
   except (OSError, subprocess.SubprocessError): return None, None
 
 
+_outside_cache: dict[str, bool] = {}
+
+
+def _is_outside(filename: str) -> bool:
+  if (hit := _outside_cache.get(filename)) is None:
+    path = os.path.abspath(filename)
+    hit = _outside_cache[filename] = not path.startswith(_PACKAGE_DIRS) and "importlib" not in path and not filename.startswith("<frozen")
+  return hit
+
+
 def location() -> str:
   """The pytest node id under pytest, else `file:line function` of the first frame outside the compiler and harness."""
   if (node := os.getenv("PYTEST_CURRENT_TEST")): return node.rsplit(" ", 1)[0]
   frame = sys._getframe(1)
   while frame is not None:
-    fname = os.path.abspath(frame.f_code.co_filename)
-    if not fname.startswith(_PACKAGE_DIRS) and "importlib" not in fname and not fname.startswith("<frozen"):
-      return f"{os.path.relpath(fname)}:{frame.f_lineno} {frame.f_code.co_name}"
+    if _is_outside(frame.f_code.co_filename):
+      return f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
     frame = frame.f_back
   return "?"
 
@@ -101,6 +111,25 @@ def _exec_inputs(sink) -> tuple[dict, dict]:
   return contents, {"omitted_buffers": len(omitted), "omitted_bytes": sum(omitted)} if omitted else {}
 
 
+_graph_memo: list = [None, b""]  # (the last graph pickled, its bytes): a realize and its schedule share one graph
+
+
+def graph_bytes(sink) -> bytes:
+  if _graph_memo[0] is not None and _graph_memo[0]() is sink: return _graph_memo[1]
+  data = serialize.dumps(sink)
+  _graph_memo[0], _graph_memo[1] = weakref.ref(sink), data
+  return data
+
+
+_flags_json: dict[tuple, str] = {}
+
+
+def flags_json(flags: dict[str, int]) -> str:
+  key = tuple(flags.items())
+  if (hit := _flags_json.get(key)) is None: hit = _flags_json[key] = json.dumps(flags, sort_keys=True)
+  return hit
+
+
 class CapturePoint:
   """One captured call: `with CapturePoint(kind, inputs, meta) as cap: ...; cap.set_output(out)`."""
 
@@ -110,11 +139,11 @@ class CapturePoint:
     self.has_output = False
     self.flags = ContextVar.snapshot()
     with Context(PICKLE_BUFFERS=0):
-      if kind == "schedule": payload = {"graph": inputs[0]}
+      if kind == "schedule": payload = {"graph_pickle": graph_bytes(inputs[0])}
       elif kind == "kernel": payload = {"ast": inputs[0], "device": inputs[1], "options": inputs[2]}
       elif kind == "exec":
         contents, info = _exec_inputs(inputs[0])
-        payload = {"graph": inputs[0], "buffers": contents}
+        payload = {"graph_pickle": graph_bytes(inputs[0]), "buffers": contents}
         self.meta.update(info)
       else: raise ValueError(f"unknown capture kind {kind!r}")
       self.input_data = serialize.dumps(payload)
@@ -146,10 +175,10 @@ class CapturePoint:
         output, self.name = {"src": src, "name": name}, name
       else: output = {"outputs": list(self.output)}
       output_data = serialize.dumps(output)
-    flags = {k: v for k, v in self.flags.items() if k not in NON_COMPILER_FLAGS}
-    key = hashlib.sha256(self.input_data + json.dumps(flags, sort_keys=True).encode()).hexdigest()
+    compiler = flags_json({k: v for k, v in self.flags.items() if k not in NON_COMPILER_FLAGS})
+    key = hashlib.sha256(self.input_data + compiler.encode()).hexdigest()
     store, run_id = SINK.get()
-    store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data, self.flags, self.meta)
+    store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data, flags_json(self.flags), self.meta)
 
 
 def _kernel_kind(ast) -> str:

@@ -56,9 +56,14 @@ def _fresh_buffers(graph, contents: Optional[dict] = None, tmpdir: Optional[str]
   return graph.substitute(mapping) if mapping else graph
 
 
+def graph_of(inp: dict):
+  """The tensor graph of a schedule or exec input (pickled once, shared by a realize and its schedule)."""
+  return load_payload(inp["graph_pickle"]) if "graph_pickle" in inp else inp["graph"]
+
+
 def run_schedule_capture(inp: dict) -> dict:
   from scheduler.schedule import create_schedule_with_vars
-  sched, var_vals, _ = create_schedule_with_vars(_fresh_buffers(inp["graph"]))
+  sched, var_vals, _ = create_schedule_with_vars(_fresh_buffers(graph_of(inp)))
   return {"asts": [si.ast for si in sched], "var_vals": var_vals}
 
 
@@ -71,7 +76,7 @@ def run_kernel_capture(inp: dict) -> dict:
 def run_exec_capture(inp: dict) -> dict:
   from scheduler.tensor import Tensor
   with tempfile.TemporaryDirectory(prefix="replay-disk-") as tmp:
-    graph = _fresh_buffers(inp["graph"], inp["buffers"], tmp)
+    graph = _fresh_buffers(graph_of(inp), inp["buffers"], tmp)
     tensors = [Tensor(s, device=s.device) for s in graph.src]
     Tensor.realize(*tensors)
     return {"outputs": [t.numpy() for t in tensors]}

@@ -129,10 +129,18 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
     compiler_seconds += result.get("compiler_seconds", 0.0)
     row = {"replay_id": replay_id, "capture_id": capture["id"], "status": result["status"], "reason": result.get("reason", ""),
            "diff": result.get("diff", ""), "metrics": json.dumps(result.get("metrics", {})), "seconds": seconds}
-    store.add_outcomes([row])
+    pending_rows.append(row)
+    if len(pending_rows) >= 64: flush()
     outcomes.append({**row, "kind": capture["kind"], "name": capture["name"], "location": capture["location"]})
     counts[result["status"]] += 1
     progress.step(counts)
+
+  pending_rows: list[dict] = []
+
+  def flush() -> None:
+    # outcomes are written in batches: one transaction each, not one per capture
+    if pending_rows: store.add_outcomes(list(pending_rows))
+    pending_rows.clear()
 
   def start_worker() -> _Worker:
     w = _Worker(python_path, env_extra or {})
@@ -187,6 +195,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
         record(task, {"status": "error", "reason": f"timed out after {options.timeout:g}s"}, options.timeout)
         if pending and not stopped: feed(start_worker())
   finally:
+    flush()
     for w in list(workers):
       try:
         if w.proc.stdin: w.proc.stdin.close()

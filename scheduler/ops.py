@@ -594,19 +594,24 @@ def _caller_location() -> tuple[str, int]:
 
 class PatternMatcher:
   """Rewrite rules, indexed by the op they match; the first rule that returns a UOp wins."""
-  def __init__(self, patterns: list[tuple[UPat, Callable]]):
+  def __init__(self, patterns: list[tuple[UPat, Callable]], _compiled: Optional[list[tuple[UPat, Callable, bool]]] = None):
     self.patterns = patterns
+    if _compiled is None:
+      _compiled = []
+      for p, fxn in patterns:
+        if not isinstance(p, UPat): raise TypeError(f"pattern must be a UPat, got {p!r}")
+        _compiled.append((p, fxn, "ctx" in inspect.signature(fxn).parameters))
+    self.compiled = _compiled
     self.pdict: dict[Ops, list[tuple[UPat, Callable, set[Ops], bool]]] = {}
-    for p, fxn in self.patterns:
-      if not isinstance(p, UPat): raise TypeError(f"pattern must be a UPat, got {p!r}")
-      params = inspect.signature(fxn).parameters
-      has_ctx = "ctx" in params
+    for p, fxn, has_ctx in _compiled:
       ops = p.op if p.op is not None else tuple(Ops)
       if isinstance(p, _UPatAny):
         ops = tuple(dedup(o for x in p.src[0] for o in (x.op if x.op is not None else tuple(Ops))))
       for uop in ops: self.pdict.setdefault(uop, []).append((p, fxn, p.custom_early_reject, has_ctx))
 
-  def __add__(self, more: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + more.patterns)
+  def __add__(self, more: PatternMatcher) -> PatternMatcher:
+    # reuses the signatures already inspected: adding matchers is cheap enough to do per call
+    return PatternMatcher(self.patterns + more.patterns, self.compiled + more.compiled)
 
   def rewrite(self, uop: UOp, ctx=None) -> Optional[UOp]:
     ler = {u.op for u in uop.src}

@@ -184,7 +184,7 @@ def recursive_group(tr: UOp, st: ShapeTracker, r: UOp, children, realizes, reduc
 
 
 def group_realizes(sink: UOp) -> dict[UOp, None]:
-  sink = graph_rewrite(sink, do_realize + create_ctx, ctx := GrouperContext({}, {}, defaultdict(dict)))
+  sink = graph_rewrite(sink, find_realizes, ctx := GrouperContext({}, {}, defaultdict(dict)))
   if DONT_GROUP_REDUCES: return ctx.realizes
   reduce_for_op: dict[UOp, UOp] = {}
   double_reduces: list[UOp] = []
@@ -387,10 +387,17 @@ def fix_kernel_ast(k: UOp, var_vals: dict[UOp, int]) -> UOp:
       for out in s.src[1].arg.ast.src: parents_rep[out] = s.buf_uop.view(unwrap(out.st))
   ast = k.arg.ast.substitute(parents_rep)
   ast = graph_rewrite(graph_rewrite(ast, view_left), view_right)
-  ast = graph_rewrite(ast, merge_views + add_buffer_ops + fix_kernel_ops, ctx=(var_vals, bufs := tuple(s.buf_uop for s in k.src)), bottom_up=True)
+  ast = graph_rewrite(ast, finish_kernel_ast, ctx=(var_vals, bufs := tuple(s.buf_uop for s in k.src)), bottom_up=True)
   if ast.op is Ops.SINK and not all_same(dev := [x.device for x in bufs]): raise ScheduleError(f"all buffers must be on the same device: {dev}")
   if ast.op is Ops.BUFFER_VIEW: buffers[bufs[0]] = (base := bufs[1].buffer).view(ast.size, ast.dtype, ast.arg[1] * base.dtype.itemsize)
   return k.replace(arg=Kernel(ast, k.arg.metadata))
+
+
+# the combined matchers of each pass
+simplify_tensor_graph = merge_views + sym + reorder_view + replace_contiguous
+find_realizes = do_realize + create_ctx
+merge_and_create_kernels = merge_views + create_kernels
+finish_kernel_ast = merge_views + add_buffer_ops + fix_kernel_ops
 
 
 # ***** schedule *****
@@ -417,11 +424,11 @@ def create_schedule_with_vars(big_sink: UOp) -> tuple[list[ScheduleItem], dict[U
 
 
 def _create_schedule_with_vars(big_sink: UOp) -> tuple[list[ScheduleItem], dict[UOp, int], dict[UOp, UOp]]:
-  tensor_map = graph_rewrite_map(big_sink, merge_views + sym + reorder_view + replace_contiguous, ctx={})
+  tensor_map = graph_rewrite_map(big_sink, simplify_tensor_graph, ctx={})
   sink = tensor_map[big_sink]
   realize_map = group_realizes(sink)
   ops_metadata = {v: m for k, v in tensor_map.items() if k.base.op not in {Ops.CONST, Ops.DEVICE} and (m := all_metadata.get(k)) is not None}
-  kernel_map = graph_rewrite_map(sink, merge_views + create_kernels, ctx=KernelContext(realize_map, ops_metadata), bottom_up=True)
+  kernel_map = graph_rewrite_map(sink, merge_and_create_kernels, ctx=KernelContext(realize_map, ops_metadata), bottom_up=True)
   sched_sink = kernel_map[sink]
   type_verify(list(sched_sink.toposort), kernel_spec)
 

@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
 "$VENV/bin/python" -m pip install -q -e ".[test]"
-exec "$VENV/bin/python" -m pytest -q "$@"
+exec "$VENV/bin/python" -m pytest -q -n auto "$@"

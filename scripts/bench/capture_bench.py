@@ -1,0 +1,38 @@
+"""Capture overhead: the corpus run with capture off and on, alternating, in one run (fresh processes,
+warm compile cache). Prints the median wall times, their ratio, and database bytes per capture."""
+import os, statistics, subprocess, sys, tempfile, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_corpus(capture: bool, db: str, args: list[str]) -> float:
+  env = {**os.environ, "PYTHONPATH": str(ROOT), "REPLAY_DB": db, "CAPTURE_PROCESS_REPLAY": "1" if capture else "0"}
+  t0 = time.perf_counter()
+  subprocess.run([sys.executable, "-m", "scripts.workloads", *args], cwd=ROOT, env=env, check=True, capture_output=True)
+  return time.perf_counter() - t0
+
+
+def main():
+  args = sys.argv[1:]
+  rounds = int(os.getenv("ROUNDS", "3"))
+  with tempfile.TemporaryDirectory() as tmp:
+    db = os.path.join(tmp, "bench.db")
+    run_corpus(False, db, args)  # warm the compile cache
+    off, on = [], []
+    for _ in range(rounds):
+      off.append(run_corpus(False, db, args))
+      on.append(run_corpus(True, db, args))
+    import sqlite3
+    conn = sqlite3.connect(db)
+    captures = conn.execute("SELECT count(*) FROM captures").fetchone()[0]
+    blob_bytes = conn.execute("SELECT coalesce(sum(length(data)), 0) FROM blobs").fetchone()[0]
+    conn.close()
+    size = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp) if f.startswith("bench.db"))
+  m_off, m_on = statistics.median(off), statistics.median(on)
+  print(f"corpus wall time, median of {rounds}: capture off {m_off:.2f}s, capture on {m_on:.2f}s, ratio on/off {m_on / m_off:.3f} (goal <= 1.10)")
+  print(f"{captures} captures over {rounds} runs; database {size / 1e6:.2f} MB = {size / max(captures, 1):.0f} bytes per capture "
+        f"({blob_bytes / max(captures, 1):.0f} compressed blob bytes per capture; identical payloads are stored once)")
+
+
+if __name__ == "__main__": main()
