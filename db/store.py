@@ -5,7 +5,7 @@ Sits at the bottom of the harness: `replay/` writes and reads through it; it imp
 project. The file stays browsable with `sqlite-utils tables/rows` and plain `sqlite3`.
 """
 from __future__ import annotations
-import hashlib, json, os, pathlib, sqlite3, time, zlib
+import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 

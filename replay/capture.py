@@ -5,8 +5,8 @@ buffers before the kernels overwrite them) and its outputs when it returns, then
 database in one transaction: a capture is durable as soon as the captured call has returned.
 """
 from __future__ import annotations
-import atexit, hashlib, json, os, platform, socket, subprocess, sys, time, weakref
-from typing import Any, Callable, Optional
+import atexit, hashlib, json, os, platform, socket, subprocess, sys, weakref
+from typing import Any, Optional
 import numpy as np
 from db import Store
 from replay import serialize

@@ -3,9 +3,8 @@
 All output of the command line about outcomes goes through here.
 """
 from __future__ import annotations
-import difflib, html, json, time
+import difflib, html, json
 from dataclasses import dataclass
-from typing import Optional
 from xml.etree import ElementTree as ET
 from tabulate import tabulate
 

@@ -3,7 +3,7 @@ which the harness (`replay/`, `db/`) is the current one and the system under tes
 worktree. The system under test is `[tool.replay] sut` in pyproject.toml (default scheduler, runtimes).
 """
 from __future__ import annotations
-import os, pathlib, shutil, subprocess, sys
+import os, pathlib, shutil, subprocess
 from typing import Optional
 
 HARNESS_PACKAGES = ("replay", "db")

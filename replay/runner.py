@@ -6,8 +6,8 @@ through `db/`.
 """
 from __future__ import annotations
 import json, os, selectors, signal, struct, subprocess, sys, time
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Optional
 from db import Store
 
 STATUSES = ("same", "changed", "mismatch", "error", "incompatible")

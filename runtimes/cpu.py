@@ -4,9 +4,8 @@
 Rendering is capture point **kernel**: (AST, device, options) in, (source, kernel name) out.
 """
 from __future__ import annotations
-import ctypes, math, os, subprocess
+import ctypes, math, subprocess
 from typing import Callable
-import numpy as np
 from scheduler.dtype import DType, dtypes
 from scheduler.device import HostDevice, Buffer, cached_build, find_c_compiler, DeviceError
 from scheduler.ops import UOp, Ops

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib, importlib, os, pathlib, shutil, sys, tempfile
 from typing import Any, Optional
 import numpy as np
-from scheduler.dtype import DType, dtypes, to_np_dtype
+from scheduler.dtype import DType, to_np_dtype
 
 
 class DeviceError(RuntimeError):

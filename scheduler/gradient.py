@@ -4,7 +4,6 @@ Sits between the Tensor frontend (which calls `compute_gradient` from `backward`
 """
 from __future__ import annotations
 import math
-from typing import Iterator
 from scheduler.dtype import dtypes, sum_acc_dtype
 from scheduler.helpers import argsort, Metadata
 from scheduler.ops import UOp, Ops, UPat, PatternMatcher, all_metadata

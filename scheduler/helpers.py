@@ -4,7 +4,7 @@ Every flag the compiler reads is a `ContextVar`; they register themselves so tha
 snapshot all of them and a replay can restore them with `Context(**flags)`.
 """
 from __future__ import annotations
-import functools, itertools, operator, os
+import functools, operator, os
 from typing import Any, Iterable, TypeVar
 
 T = TypeVar("T")

@@ -5,10 +5,10 @@ object). `UPat`/`PatternMatcher` describe rewrite rules, `graph_rewrite` applies
 point. Sits on top of `dtype.py` and `helpers.py`; the shape tracker and symbolic rules build on it.
 """
 from __future__ import annotations
-import enum, functools, hashlib, inspect, math, operator, weakref
+import enum, functools, hashlib, inspect, math, weakref
 from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
-from scheduler.dtype import DType, PtrDType, dtypes, ConstType, truncate_const
-from scheduler.helpers import all_int, all_same, dedup, prod, unwrap, ContextVar, TRACK_MATCH_STATS, Metadata
+from scheduler.dtype import DType, dtypes, ConstType
+from scheduler.helpers import all_int, all_same, dedup, prod, unwrap, TRACK_MATCH_STATS, Metadata
 if TYPE_CHECKING:
   from scheduler.shape.shapetracker import ShapeTracker
   from scheduler.device import Buffer
@@ -263,7 +263,6 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   @property
   def full_shape(self) -> tuple:
-    from scheduler.helpers import flatten
     return tuple(max(x) if all_int(x) else x[0] for x in zip(*[u.shape for u in self.toposort if u.op is Ops.VIEW]))
 
   @property

@@ -8,10 +8,9 @@ Pipeline (the reference design's): simplify the tensor graph, decide which UOps 
 from __future__ import annotations
 import sys
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
-from typing import Any, Optional
-from scheduler.dtype import dtypes
-from scheduler.helpers import Context, ContextVar, Metadata, all_int, all_same, prod, dedup, unwrap, flatten, pluralize, \
+from dataclasses import dataclass
+from typing import Any
+from scheduler.helpers import all_int, all_same, prod, dedup, unwrap, flatten, pluralize, \
   FUSE_CONV_BW, FUSE_ARANGE, DEBUG, DONT_REALIZE_EXPAND, DONT_GROUP_REDUCES, SPLIT_REDUCEOP, REDUCEOP_SPLIT_THRESHOLD, \
   REDUCEOP_SPLIT_SIZE, CAST_AFTER_EXPAND
 from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher, graph_rewrite, graph_rewrite_map, track_rewrites, buffers, \

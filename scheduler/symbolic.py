@@ -4,10 +4,10 @@ Sits on `ops.py`. The scheduler uses `symbolic_simple` on tensor graphs; lowerin
 tracker use `symbolic` on index expressions. `Variable(name, min, max)` is a `DEFINE_VAR`.
 """
 from __future__ import annotations
-import math, operator, struct
+import math, operator
 from typing import Any
 from scheduler.dtype import DType, dtypes, truncate_const
-from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher, resolve
+from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher
 
 
 def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:

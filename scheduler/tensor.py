@@ -4,15 +4,15 @@ Sits on top of the UOp IR and hands graphs to `schedule.py` and `realize.py`. Op
 way tinygrad 0.10.2 decomposes them, which is what makes kernel counts comparable.
 """
 from __future__ import annotations
-import functools, hashlib, itertools, math, pathlib, struct, weakref
-from typing import Any, Callable, Optional, Sequence
+import functools, hashlib, itertools, math, pathlib, weakref
+from typing import Callable, Optional, Sequence
 import numpy as np
 from scheduler.dtype import DType, dtypes, ConstType, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype, from_np_dtype, \
   to_np_dtype, truncate_const
-from scheduler.helpers import argfix, make_tuple, flatten, prod, all_int, round_up, getenv, all_same, fully_flatten, ceildiv, argsort, Metadata, \
+from scheduler.helpers import argfix, make_tuple, flatten, prod, all_int, round_up, all_same, fully_flatten, ceildiv, Metadata, \
   TRACEMETA
-from scheduler.ops import UOp, Ops, GroupOp, resolve, smax, smin, identity_element, all_metadata, sint_to_uop, MathMixin
-from scheduler.device import Device, Buffer
+from scheduler.ops import UOp, Ops, resolve, smax, smin, identity_element, all_metadata, MathMixin
+from scheduler.device import Device
 from scheduler.gradient import compute_gradient
 from scheduler.helpers import Context
 from scheduler import hooks
@@ -404,7 +404,7 @@ class Tensor(MathMixin):
 
   def flip(self, axis, *args) -> Tensor:
     axis_arg = tuple(self._resolve_dim(x) for x in argfix(axis, *args))
-    if len(axis_arg) != len(dedup_axes := set(axis_arg)): raise RuntimeError(f"dim can appear at most once, getting {axis_arg}")
+    if len(axis_arg) != len(set(axis_arg)): raise RuntimeError(f"dim can appear at most once, getting {axis_arg}")
     return self._apply_uop(UOp.flip, arg=tuple(i in axis_arg for i in range(len(self.shape))))
 
   def shrink(self, arg: tuple) -> Tensor:
@@ -502,7 +502,7 @@ class Tensor(MathMixin):
       masks.append(i._one_hot_along_dim(num_classes=x.shape[dim], dim=(dim - x.ndim)))
     mask = functools.reduce(lambda a, b: a.mul(b), masks)
     reshape_arg = x.shape[:dims[0]] + (1,) * len(big_shape) + x.shape[dims[0]:]
-    x = mask.where(x.reshape(reshape_arg), 0).sum(sum_axis := tuple(d + len(big_shape) for d in dims), dtype=x.dtype)
+    x = mask.where(x.reshape(reshape_arg), 0).sum(tuple(d + len(big_shape) for d in dims), dtype=x.dtype)
     # consecutive indexed dims stay in place; otherwise they move to the front (numpy's rule)
     if dims[0] != 0 and dims != list(range(dims[0], dims[-1] + 1)):
         x = x.permute(*range(dims[0], dims[0] + len(big_shape)), *range(0, dims[0]), *range(dims[0] + len(big_shape), x.ndim))

@@ -1,5 +1,5 @@
 """Shared test setup: the reference table and a fresh compile cache per session."""
-import csv, os, pathlib, tempfile
+import csv, os, pathlib
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -6,11 +6,11 @@ Sits between the scheduler (which makes the AST) and a renderer (`runtimes/cpu.p
 program depends on nothing about the device: the same AST always lowers to the same instructions.
 """
 from __future__ import annotations
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
-from scheduler.dtype import DType, dtypes, PtrDType
+from scheduler.dtype import DType, dtypes
 from scheduler.ops import UOp, Ops, GroupOp, identity_element, sint_to_uop
-from scheduler.codegen.naming import kernel_name, full_shape
+from scheduler.codegen.naming import kernel_name
 from scheduler.shape.shapetracker import ShapeTracker
 
 

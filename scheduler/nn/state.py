@@ -4,8 +4,7 @@ from __future__ import annotations
 import json, os, pathlib, struct
 from typing import Any, Optional
 from scheduler.tensor import Tensor
-from scheduler.dtype import dtypes, DType
-from scheduler.helpers import prod
+from scheduler.dtype import dtypes
 
 _ST_DTYPES = {"F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16, "I64": dtypes.int64, "I32": dtypes.int32,
               "I16": dtypes.int16, "I8": dtypes.int8, "U64": dtypes.uint64, "U32": dtypes.uint32, "U16": dtypes.uint16, "U8": dtypes.uint8,

@@ -4,12 +4,10 @@ Sits on `view.py`; the tensor frontend applies movement ops to it, the scheduler
 it through kernels, and lowering turns it into index and valid expressions (`to_indexed_uops`).
 """
 from __future__ import annotations
-import functools
 from dataclasses import dataclass
 from typing import Optional
 from scheduler.dtype import dtypes
-from scheduler.helpers import prod, all_int
-from scheduler.ops import UOp, Ops, resolve, sint_to_uop
+from scheduler.ops import UOp, Ops, sint_to_uop
 from scheduler.shape.view import View, strides_for_shape, unravel
 
 

@@ -1,7 +1,7 @@
 """Replay throughput: the corpus captured once, then replayed against the working tree with 1 and with
 2 worker processes. Prints captures per second and the share of replay time spent outside the compiler
 (loading payloads, comparing, storing, process start-up)."""
-import os, subprocess, sys, tempfile, time
+import os, subprocess, sys, tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]

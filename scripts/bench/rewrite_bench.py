@@ -1,7 +1,7 @@
 """Rewrites per second of graph_rewrite on a graph of at least 10,000 nodes (symbolic rules on a
 long chain of index arithmetic). Prints numbers; asserts nothing."""
 import time
-from scheduler.ops import UOp, graph_rewrite, Ops
+from scheduler.ops import UOp, graph_rewrite
 from scheduler.symbolic import symbolic, Variable
 from scheduler.dtype import dtypes
 

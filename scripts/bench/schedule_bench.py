@@ -6,7 +6,7 @@ import numpy as np
 
 
 def mlp_step(lib):
-  Tensor, dtypes = lib.Tensor, lib.dtypes
+  Tensor = lib.Tensor
   x = Tensor(np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)).realize()
   y = Tensor(np.random.default_rng(1).integers(0, 10, 32).astype(np.int32)).realize()
   w1 = Tensor(np.random.default_rng(2).standard_normal((64, 128)).astype(np.float32), requires_grad=True).realize()

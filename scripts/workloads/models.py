@@ -2,7 +2,7 @@
 from __future__ import annotations
 import os, tempfile
 import numpy as np
-from scheduler import Tensor, dtypes, Variable, nn
+from scheduler import Tensor, Variable, nn
 from scheduler.nn.optim import SGD, Adam, AdamW
 from scheduler.nn.state import get_parameters, get_state_dict, safe_save, safe_load, load_state_dict
 

@@ -1,7 +1,6 @@
 """Capture: all three kinds from the corpus, no duplicate blobs, durability under SIGKILL, concurrent
 writers, the restricted unpickler, and captures surviving a reordered Ops enum."""
 import json, os, pickle, shutil, signal, subprocess, sys, textwrap, time
-import numpy as np
 import pytest
 from db import Store
 from replay import serialize

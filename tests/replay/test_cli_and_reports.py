@@ -1,6 +1,6 @@
 """The replay command line on a captured corpus sample: determinism, browsing, every report format,
 early stop, and usage errors."""
-import json, pathlib, sys
+import json
 from xml.etree import ElementTree as ET
 import jsonschema
 import pytest

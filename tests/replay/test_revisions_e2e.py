@@ -3,7 +3,6 @@ a fusion-rule change, broken arithmetic in the C renderer, a renamed module, and
 crash or hang."""
 import sys
 import pytest
-from tests.conftest import REPO
 from tests.replay.conftest import cli, capture_workloads, git, edit, commit_on_a
 from scheduler.device import find_c_compiler
 

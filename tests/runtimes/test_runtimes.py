@@ -4,10 +4,10 @@ import os, pathlib
 import numpy as np
 import pytest
 from scheduler import Tensor, Device, dtypes
-from scheduler.device import find_c_compiler, cache_dir
+from scheduler.device import find_c_compiler
 from scheduler.codegen.lowerer import lower
 from scheduler.codegen.naming import kernel_name
-from scheduler.realize import KernelError, _program_cache
+from scheduler.realize import KernelError
 from tests.conftest import reference_rows
 from tests.scheduler.test_reference_workloads import build
 

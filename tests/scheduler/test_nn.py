@@ -2,9 +2,9 @@
 through safetensors (bit-exact)."""
 import numpy as np
 import pytest
-from scheduler import Tensor, dtypes, nn, Device
+from scheduler import Tensor, nn, Device
 from scheduler.nn.optim import SGD, Adam, AdamW
-from scheduler.nn.state import get_state_dict, get_parameters, safe_save, safe_load, load_state_dict
+from scheduler.nn.state import get_state_dict, safe_save, safe_load, load_state_dict
 
 rng = np.random.default_rng(11)
 

@@ -1,9 +1,8 @@
 """Specs name the UOp that breaks them; tensor graphs of the reference rows pass the tensor spec;
 the default device falls back to PYTHON with a warning when there is no C compiler."""
 import os, subprocess, sys
-import numpy as np
 import pytest
-from scheduler import Tensor, dtypes
+from scheduler import dtypes
 from scheduler.ops import UOp, Ops
 from scheduler.spec import type_verify, tensor_uop_spec, ast_spec, SpecError
 from tests.conftest import reference_rows, REPO

@@ -1,6 +1,5 @@
 """Symbolic simplification: random integer expressions over bounded variables evaluate the same
 before and after simplifying, and vmin/vmax bound every sampled value."""
-import itertools
 from hypothesis import given, settings, strategies as st
 from scheduler.ops import UOp, Ops, resolve, smax, smin, sym_infer
 from scheduler.symbolic import Variable, cdiv, cmod

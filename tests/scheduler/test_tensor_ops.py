@@ -1,5 +1,4 @@
 """Every Tensor op against numpy, on each device, over dtypes, broadcasting and edge shapes."""
-import math
 import numpy as np
 import pytest
 from scheduler import Tensor, dtypes, Device
