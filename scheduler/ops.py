@@ -177,7 +177,7 @@ class MathMixin:
   def where(self, x, y):
     if isinstance(x, UOp): y = x.ufix(y)
     elif isinstance(y, UOp): x = y.ufix(x)
-    else: x, y = self.const_like(x).cast(dtypes.from_py(x)), self.const_like(y).cast(dtypes.from_py(y))
+    else: x, y = UOp.const(dtypes.from_py(x), x), UOp.const(dtypes.from_py(y), y)
     return self.alu(Ops.WHERE, x, y)
   def reciprocal(self): return self.alu(Ops.RECIP)
   def sqrt(self): return self.alu(Ops.SQRT)
@@ -260,10 +260,6 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     st = self.st
     if st is None: raise ValueError(f"{self.op} has no shape")
     return st.shape
-
-  @property
-  def full_shape(self) -> tuple:
-    return tuple(max(x) if all_int(x) else x[0] for x in zip(*[u.shape for u in self.toposort if u.op is Ops.VIEW]))
 
   @property
   def size(self) -> int: return self.arg[1] if self.op is Ops.BUFFER else unwrap(self.st).size
