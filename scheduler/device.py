@@ -4,7 +4,7 @@ base classes and on-disk cache that the runtimes implement.
 Sits below the scheduler's realize step; the scheduler only ever names devices as strings.
 """
 from __future__ import annotations
-import hashlib, importlib, os, pathlib, shutil, sys, tempfile
+import hashlib, importlib, os, pathlib, shutil, sys, tempfile, weakref
 from typing import Any, Optional
 import numpy as np
 from scheduler.dtype import DType, to_np_dtype
@@ -69,8 +69,11 @@ class Buffer:
     self.device, self.size, self.dtype, self.offset = device, size, dtype, offset
     self._base = base
     self._mem: Optional[np.ndarray] = None  # flat uint8 memory
+    self.view_count = 0  # live views of this (base) buffer: memory is not freed under them
     if base is not None:
       if offset + self.nbytes > base.nbytes: raise ValueError(f"buffer view of {self.nbytes} bytes at {offset} exceeds base of {base.nbytes}")
+      base.view_count += 1
+      weakref.finalize(self, base._view_gone)
     if opaque is not None: self.allocate(opaque)
 
   @property
@@ -79,6 +82,14 @@ class Buffer:
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
 
   def is_allocated(self) -> bool: return self._base.is_allocated() if self._base is not None else self._mem is not None
+
+  def _view_gone(self) -> None: self.view_count -= 1
+
+  def deallocate(self) -> None:
+    """Free the memory; refused while views of it are alive."""
+    if self._base is not None: raise DeviceError("a buffer view has no memory of its own to free; free its base")
+    if self.view_count: raise DeviceError(f"cannot free a buffer with {self.view_count} live view(s)")
+    self._mem = None
 
   def ensure_allocated(self) -> Buffer: return self if self.is_allocated() else self.allocate()
 

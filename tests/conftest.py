@@ -15,3 +15,6 @@ def reference_rows() -> list[dict]:
 def _compile_cache(tmp_path_factory):
   os.environ.setdefault("COMPILE_CACHE_DIR", str(tmp_path_factory.mktemp("compile_cache")))
   yield
+
+
+import scheduler.schedule  # noqa: E402,F401  (sets the recursion limit before hypothesis records it)

@@ -81,3 +81,19 @@ def test_numpy_input_is_not_copied():
   x = np.arange(6, dtype=np.float32)
   t = Tensor(x, device="NPY")
   assert np.shares_memory(t.lazydata.base.buffer.as_array(), x) or t.lazydata.base.buffer.as_array().ctypes.data == x.ctypes.data
+
+
+def test_buffer_views_share_memory_and_hold_their_base():
+  import gc
+  from scheduler.device import Buffer, DeviceError
+  base = Buffer("PYTHON", 8, dtypes.float32).allocate()
+  view = base.view(4, dtypes.float32, 8)
+  view.copyin(np.arange(4, dtype=np.float32))
+  assert base.numpy().tolist() == [0, 0, 0, 1, 2, 3, 0, 0] and base.view_count == 1
+  with pytest.raises(DeviceError, match="1 live view"): base.deallocate()
+  with pytest.raises(DeviceError, match="no memory of its own"): view.deallocate()
+  del view
+  gc.collect()
+  base.deallocate()
+  assert not base.is_allocated()
+  with pytest.raises(ValueError, match="exceeds base"): base.view(8, dtypes.float32, 4)
