@@ -25,7 +25,6 @@ class _Sink:
     self.pid: Optional[int] = None
     self.store: Optional[Store] = None
     self.run_id: Optional[int] = None
-    self.failures = 0
 
   def get(self) -> tuple[Store, int]:
     if self.pid != os.getpid():
@@ -81,10 +80,6 @@ def location() -> str:
       return f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
     frame = frame.f_back
   return "?"
-
-
-def compiler_flags() -> dict[str, int]:
-  return {k: v for k, v in ContextVar.snapshot().items() if k not in NON_COMPILER_FLAGS}
 
 
 def max_exec_bytes() -> int:
@@ -160,7 +155,6 @@ class CapturePoint:
     if exc_type is not None or not self.has_output: return False
     try: self._store()
     except Exception as e:
-      SINK.failures += 1
       print(f"replay capture: could not store a {self.kind} capture ({type(e).__name__}: {e})", file=sys.stderr)
     return False
 

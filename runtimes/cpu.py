@@ -135,13 +135,13 @@ def render_c(prg: Program) -> str:
       line(f"{src_t} cast_src{i} = {s[0]}; {ctype} val{i}; memcpy(&val{i}, &cast_src{i}, sizeof(val{i}));")
     else:
       names[i] = f"alu{i}"
-      line(f"{ctype} alu{i} = {_render_alu(op, x.dtype, s, [prg.instrs[j].dtype for j in x.src])};")
+      line(f"{ctype} alu{i} = {_render_alu(op, x.dtype, s)};")
   params = [f"{_ctype[dt]}* restrict data{idx}" for idx, dt, _ in prg.globals] + [f"int {v[0]}" for v in prg.variables]
   body = "\n".join(lines)
   return f"{_PRELUDE}\nvoid {prg.name}({', '.join(params)}) {{\n{body}\n}}\n"
 
 
-def _render_alu(op: Ops, dtype: DType, s: list[str], src_dtypes: list[DType]) -> str:
+def _render_alu(op: Ops, dtype: DType, s: list[str]) -> str:
   ct = _ctype[dtype]
   if op is Ops.CAST: return f"({ct})({s[0]})"
   if op in _math:

@@ -128,8 +128,6 @@ class Buffer:
     self.mem[:] = src
     return self
 
-  def copyout(self) -> bytes: return self.mem.tobytes()
-
   def view(self, size: int, dtype: DType, offset: int) -> Buffer:
     """A buffer over part of this one's memory: `offset` in bytes."""
     return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)

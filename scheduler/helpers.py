@@ -106,27 +106,6 @@ def unwrap(x: T | None) -> T:
 def pluralize(st: str, cnt: int) -> str: return f"{cnt} {st}" + ("" if cnt == 1 else "s")
 
 
-def merge_dicts(ds: Iterable[dict]) -> dict:
-  out: dict = {}
-  for d in ds:
-    for k, v in d.items():
-      if k in out and out[k] != v: raise ValueError(f"cannot merge, {k} has values {out[k]} and {v}")
-      out[k] = v
-  return out
-
-
-def partition(itr: Iterable[T], fxn) -> tuple[list[T], list[T]]:
-  yes, no = [], []
-  for s in itr: (yes if fxn(s) else no).append(s)
-  return yes, no
-
-
-def get_child(obj, key: str):
-  for k in key.split("."):
-    obj = obj[int(k)] if k.isnumeric() else obj[k] if isinstance(obj, dict) else getattr(obj, k)
-  return obj
-
-
 class Metadata:
   """Which tensor function produced an op; rides on schedule items for the reader."""
   __slots__ = ("name", "caller", "backward")

@@ -1,6 +1,6 @@
 """The CPU device against numpy, side by side in one run (warm: compile excluded): a 256x256 matmul, a
 long elementwise chain and a large sum; then the per-kernel time of lowering and rendering."""
-import statistics, time
+import time
 import numpy as np
 
 
@@ -15,7 +15,7 @@ def best(fn, reps=7) -> float:
 
 def main():
   from scheduler import Tensor, Device
-  from scheduler.realize import run_schedule, get_program
+  from scheduler.realize import run_schedule
   from scheduler.codegen.lowerer import lower
   from runtimes.cpu import render_c
   Device.DEFAULT = "CPU"
