@@ -34,6 +34,9 @@ class Program:
     return "\n".join(f"{i:4d} {x.op.name:<13} {x.dtype!r:<22} {list(x.src)!s:<16} {x.arg!r}" for i, x in enumerate(self.instrs))
 
 
+REDUCE_UNROLL = 4  # partial accumulators in the innermost reduce loop (a power of two)
+
+
 class LoweringError(RuntimeError):
   """The AST has a form the lowerer does not know."""
 
@@ -135,15 +138,35 @@ class _Lowerer:
   def reduce(self, u: UOp) -> int:
     red_op, axes = u.arg
     in_shape = u.src[0].shape
-    acc = self.emit(Ops.DEFINE_ACC, u.dtype, (self.const(identity_element(red_op, u.dtype), u.dtype),))
-    opened = self.open_loops([a for a in axes if not _is_one(in_shape[a])], in_shape)
-    val = self.value(u.src[0])
-    if red_op is Ops.ADD: new = self.emit(Ops.ADD, u.dtype, (acc, val))
-    elif red_op is Ops.MUL: new = self.emit(Ops.MUL, u.dtype, (acc, val))
-    else: new = self.emit(Ops.MAX, u.dtype, (acc, val))
-    self.emit(Ops.ASSIGN, u.dtype, (acc, new))
+    loop_axes = [a for a in axes if not _is_one(in_shape[a])]
+    identity = self.const(identity_element(red_op, u.dtype), u.dtype)
+    inner = in_shape[loop_axes[-1]] if loop_axes else None
+    unroll = REDUCE_UNROLL if isinstance(inner, int) and inner % REDUCE_UNROLL == 0 and inner >= 2 * REDUCE_UNROLL else 1
+    # the innermost reduce loop keeps `unroll` independent accumulators, so consecutive adds do not wait on each other
+    accs = [self.emit(Ops.DEFINE_ACC, u.dtype, (identity,)) for _ in range(unroll)]
+    opened = self.open_loops(loop_axes[:-1] if unroll > 1 else loop_axes, in_shape)
+    if unroll == 1: self.accumulate(u, red_op, accs[0])
+    else:
+      last = loop_axes[-1]
+      self.scopes.append({})
+      self.ranges.append({})
+      rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), self.const(inner // unroll, dtypes.int32)), last)
+      base = self.emit(Ops.MUL, dtypes.int32, (rng, self.const(unroll, dtypes.int32)))
+      for k, acc in enumerate(accs):
+        self.scopes.append({})
+        self.ranges.append({last: self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32)))})
+        self.accumulate(u, red_op, acc)
+        self.scopes.pop()
+        self.ranges.pop()
+      self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
+      self.scopes.pop()
+      self.ranges.pop()
     self.close_loops(opened)
-    return acc
+    while len(accs) > 1: accs = [self.emit(red_op, u.dtype, (a, b)) for a, b in zip(accs[::2], accs[1::2])]
+    return accs[0]
+
+  def accumulate(self, u: UOp, red_op: Ops, acc: int) -> None:
+    self.emit(Ops.ASSIGN, u.dtype, (acc, self.emit(red_op, u.dtype, (acc, self.value(u.src[0])))))
 
   def store(self, s: UOp) -> None:
     st: ShapeTracker = s.src[1].arg
