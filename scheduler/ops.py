@@ -117,8 +117,9 @@ class UOpMetaClass(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = tuple(), arg: Any = None, _buffer: Optional[Buffer] = None):
     key = (op, dtype, src, arg, type(arg))
     if (wret := UOpMetaClass.ucache.get(key, None)) is not None and (ret := wret()) is not None: return ret
-    UOpMetaClass.ucache[key] = ref = weakref.ref(created := super().__call__(op, dtype, src, arg))
-    weakref.finalize(created, _drop_from_cache, key, ref)
+    created = super().__call__(op, dtype, src, arg)
+    # the callback forgets the cache entry when the UOp dies (a plain weakref callback is cheaper than weakref.finalize)
+    UOpMetaClass.ucache[key] = weakref.ref(created, functools.partial(_drop_from_cache, key))
     if _buffer is not None: buffers[created] = _buffer
     return created
 
@@ -454,8 +455,6 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   def __int__(self): return self.__index__()
 
-  def __hash__(self): return id(self)
-  def __eq__(self, other): return self is other
 
 
 def _pickle_buffers() -> bool:
@@ -609,8 +608,9 @@ class PatternMatcher:
     return PatternMatcher(self.patterns + more.patterns, self.compiled + more.compiled)
 
   def rewrite(self, uop: UOp, ctx=None) -> Optional[UOp]:
+    if (rules := self.pdict.get(uop.op)) is None: return None
     ler = {u.op for u in uop.src}
-    for p, fxn, early_reject, has_ctx in self.pdict.get(uop.op, []):
+    for p, fxn, early_reject, has_ctx in rules:
       if not early_reject.issubset(ler): continue
       for match in p.match(uop, {}):
         if (ret := (fxn(ctx=ctx, **match) if has_ctx else fxn(**match))) is not None and ret is not uop:

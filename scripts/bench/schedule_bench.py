@@ -31,7 +31,7 @@ def time_schedule(lib, build, schedule_fn, reps=7):
   times, count = [], 0
   for _ in range(reps):
     outs = build(lib)
-    sink = lib.UOp.sink(*[t.lazydata for t in outs])
+    sink = outs[0].lazydata.sink(*[t.lazydata for t in outs[1:]])
     t0 = time.perf_counter()
     sched = schedule_fn(sink)
     times.append(time.perf_counter() - t0)
@@ -47,6 +47,7 @@ def main():
   try:
     import tinygrad  # optional peer; never a dependency
     from tinygrad.engine.schedule import create_schedule_with_vars as peer_schedule
+    tinygrad.Device.DEFAULT = "CPU" if "CPU" in tinygrad.Device._devices else tinygrad.Device.DEFAULT
     peer = (tinygrad, peer_schedule)
   except Exception: pass
   for name, build in (("mlp training step", mlp_step), ("cnn forward", cnn_forward)):
