@@ -435,7 +435,6 @@ class Tensor(MathMixin):
     if isinstance(indices, list) and all_int(indices): indices = [Tensor(indices, self.device, requires_grad=False)]
     elif isinstance(indices, (tuple, list)): indices = [Tensor(list(i), self.device, requires_grad=False) if isinstance(i, (tuple, list)) else i for i in indices]
     else: indices = [indices]
-    indices = [i for i in indices]
     if (num_ellipsis := sum(i is Ellipsis for i in indices)) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
     is_ellipsis = [i is Ellipsis for i in indices]
     num_slices = sum(1 for i in indices if i is not None and i is not Ellipsis)
@@ -505,7 +504,7 @@ class Tensor(MathMixin):
     x = mask.where(x.reshape(reshape_arg), 0).sum(tuple(d + len(big_shape) for d in dims), dtype=x.dtype)
     # consecutive indexed dims stay in place; otherwise they move to the front (numpy's rule)
     if dims[0] != 0 and dims != list(range(dims[0], dims[-1] + 1)):
-        x = x.permute(*range(dims[0], dims[0] + len(big_shape)), *range(0, dims[0]), *range(dims[0] + len(big_shape), x.ndim))
+      x = x.permute(*range(dims[0], dims[0] + len(big_shape)), *range(0, dims[0]), *range(dims[0] + len(big_shape), x.ndim))
     return x
 
   def __setitem__(self, indices, v):
