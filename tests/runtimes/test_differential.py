@@ -78,7 +78,8 @@ def programs(draw):
   return data, steps
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# derandomized: float tolerances make a fixed set of examples the safer gate for CI
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(programs())
 def test_random_programs_match_numpy_on_both_devices(program):
   data, steps = program
