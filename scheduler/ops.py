@@ -119,13 +119,14 @@ class UOpMetaClass(type):
     if (wret := UOpMetaClass.ucache.get(key, None)) is not None and (ret := wret()) is not None: return ret
     created = super().__call__(op, dtype, src, arg)
     # the callback forgets the cache entry when the UOp dies (a plain weakref callback is cheaper than weakref.finalize)
-    UOpMetaClass.ucache[key] = weakref.ref(created, functools.partial(_drop_from_cache, key))
+    UOpMetaClass.ucache[key] = weakref.ref(created, functools.partial(_drop_from_cache, UOpMetaClass.ucache, key))
     if _buffer is not None: buffers[created] = _buffer
     return created
 
 
-def _drop_from_cache(key, ref):
-  if UOpMetaClass.ucache.get(key) is ref: del UOpMetaClass.ucache[key]
+def _drop_from_cache(cache: dict, key, ref):
+  # the cache comes in as an argument: at interpreter exit the module's globals may already be gone
+  if cache.get(key) is ref: del cache[key]
 
 
 # UOps of realized buffers map to the Buffer objects that hold their memory
