@@ -10,11 +10,10 @@ from typing import Any, Optional
 import numpy as np
 from db import Store
 from replay import serialize
+from replay.serialize import NON_COMPILER_FLAGS
 from scheduler.helpers import Context, ContextVar
 
 DEFAULT_MAX_EXEC_BYTES = 64 * 1024 * 1024
-# flags that say how to capture, not how to compile: they stay out of the content key
-NON_COMPILER_FLAGS = {"CAPTURE_PROCESS_REPLAY", "DEBUG", "TRACK_MATCH_STATS", "VIZ", "PICKLE_BUFFERS"}
 _PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in
                       (__import__("scheduler").__file__, __import__("runtimes").__file__, __file__, __import__("db").__file__))
 
@@ -163,7 +162,8 @@ class CapturePoint:
       if self.kind == "schedule":
         asts, var_vals = self.output
         output = {"asts": list(asts), "var_vals": dict(var_vals)}
-        self.name = f"{len(asts)} kernels" + (f": {','.join(sorted({_kernel_kind(a) for a in asts}))}" if asts else "")
+        from scheduler.codegen.naming import kernel_kind
+        self.name = f"{len(asts)} kernels" + (f": {','.join(sorted({kernel_kind(a) for a in asts}))}" if asts else "")
       elif self.kind == "kernel":
         src, name = self.output
         output, self.name = {"src": src, "name": name}, name
@@ -173,9 +173,3 @@ class CapturePoint:
     key = hashlib.sha256(self.input_data + compiler.encode()).hexdigest()
     store, run_id = SINK.get()
     store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data, flags_json(self.flags), self.meta)
-
-
-def _kernel_kind(ast) -> str:
-  from scheduler.ops import Ops
-  if ast.op is not Ops.SINK: return ast.op.name
-  return "r" if any(u.op is Ops.REDUCE_AXIS for u in ast.toposort) else "E"

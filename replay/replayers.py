@@ -8,8 +8,8 @@ import os, tempfile, time
 from typing import Any, Optional
 from replay import serialize
 from replay.compare import Comparison, compare_schedule, compare_kernel, compare_exec
+from replay.serialize import NON_COMPILER_FLAGS
 
-NON_COMPILER_FLAGS = {"CAPTURE_PROCESS_REPLAY", "DEBUG", "TRACK_MATCH_STATS", "VIZ", "PICKLE_BUFFERS"}
 
 
 class Incompatible(Exception):

@@ -9,8 +9,8 @@ import json, os, selectors, signal, struct, subprocess, sys, time
 from dataclasses import dataclass
 from typing import Optional
 from db import Store
+from replay.report import STATUSES
 
-STATUSES = ("same", "changed", "mismatch", "error", "incompatible")
 
 
 @dataclass

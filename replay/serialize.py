@@ -7,6 +7,8 @@ from __future__ import annotations
 import io, pickle
 from typing import Any
 
+# flags that say how to capture or debug, not how to compile: out of the content key, not re-applied on replay
+NON_COMPILER_FLAGS = frozenset({"CAPTURE_PROCESS_REPLAY", "DEBUG", "TRACK_MATCH_STATS", "VIZ", "PICKLE_BUFFERS"})
 FORMAT = b"PRPL1\n"  # bump when the payload layout changes
 PROTOCOL = 4
 

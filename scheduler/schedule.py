@@ -20,6 +20,7 @@ from scheduler.shape.shapetracker import ShapeTracker
 from scheduler.shape.view import View, strides_for_shape
 from scheduler.spec import type_verify, kernel_spec, ast_spec
 from scheduler import hooks
+from scheduler.codegen.naming import kernel_kind
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
 
@@ -408,10 +409,7 @@ class ScheduleItem:
   metadata: tuple = ()
 
   @property
-  def kind(self) -> str:
-    """`E` elementwise, `r` reduce, or the meta op's name (COPY, BUFFER_VIEW, EMPTY)."""
-    if self.ast.op is not Ops.SINK: return self.ast.op.name
-    return "r" if any(u.op is Ops.REDUCE_AXIS for u in self.ast.toposort) else "E"
+  def kind(self) -> str: return kernel_kind(self.ast)
 
 
 @track_rewrites(name_fxn=lambda r: f"Schedule {pluralize('Kernel', len(r[0]))}")

@@ -18,8 +18,14 @@ def full_shape(ast: UOp) -> tuple:
   return tuple(out)
 
 
+def kernel_kind(ast: UOp) -> str:
+  """`E` elementwise, `r` with a reduce, or the meta op's name (COPY, BUFFER_VIEW, EMPTY)."""
+  if ast.op is not Ops.SINK: return ast.op.name
+  return "r" if any(u.op is Ops.REDUCE_AXIS for u in ast.toposort) else "E"
+
+
 def kernel_name(ast: UOp) -> str:
   if ast.op is not Ops.SINK: return ast.op.name
-  kind = "r" if any(u.op is Ops.REDUCE_AXIS for u in ast.toposort) else "E"
+  kind = kernel_kind(ast)
   dims = [str(s) if isinstance(s, int) else s.arg[0] if s.op is Ops.DEFINE_VAR else "s" for s in full_shape(ast)]
   return "_".join([kind] + (dims or ["1"]))

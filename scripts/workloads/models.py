@@ -20,20 +20,25 @@ class MLP:
   def __call__(self, x: Tensor) -> Tensor: return self.l2(self.l1(x).relu())
 
 
-def mlp_sgd(steps: int = 5) -> dict:
-  """A 2-layer MLP trained for a few SGD steps (momentum) on synthetic data."""
-  Tensor.manual_seed(1)
-  model = MLP()
-  x, y = _data(0, (32, 16), 4)
-  opt = SGD(get_parameters(model), lr=0.1, momentum=0.9)
+def train(model, opt, x: Tensor, y: Tensor, steps: int) -> list[float]:
+  """Training steps; each realizes its loss together with the update, so the loss is the one before the step."""
   losses = []
   with Tensor.train():
     for _ in range(steps):
       opt.zero_grad()
       loss = model(x).sparse_categorical_crossentropy(y)
       loss.backward()
-      opt.step()
+      Tensor.realize(loss, *opt.schedule_step())
       losses.append(loss.item())
+  return losses
+
+
+def mlp_sgd(steps: int = 5) -> dict:
+  """A 2-layer MLP trained for a few SGD steps (momentum) on synthetic data."""
+  Tensor.manual_seed(1)
+  model = MLP()
+  x, y = _data(0, (32, 16), 4)
+  losses = train(model, SGD(get_parameters(model), lr=0.1, momentum=0.9), x, y, steps)
   return {"outputs": [model.l1.weight.numpy(), model(x).numpy()], "losses": losses}
 
 
@@ -50,15 +55,7 @@ def cnn_adam(steps: int = 4) -> dict:
   Tensor.manual_seed(2)
   model = CNN()
   x, y = _data(3, (8, 1, 8, 8), 3)
-  opt = Adam(get_parameters(model), lr=0.01, eps=1e-5)
-  losses = []
-  with Tensor.train():
-    for _ in range(steps):
-      opt.zero_grad()
-      loss = model(x).sparse_categorical_crossentropy(y)
-      loss.backward()
-      opt.step()
-      losses.append(loss.item())
+  losses = train(model, Adam(get_parameters(model), lr=0.01, eps=1e-5), x, y, steps)
   with Tensor.train(False): evaluated = model(x).numpy()
   return {"outputs": [model.conv.weight.numpy(), model.bn.running_mean.numpy(), evaluated], "losses": losses}
 

@@ -58,3 +58,11 @@ def commit_on_a(root, branch: str, change, message: str = "") -> str:
   return git(root, "rev-parse", "HEAD")
 
 
+
+
+def rename_view_module(root: pathlib.Path) -> None:
+  """A head that renames a compiler module: captures made there name a module the base does not have."""
+  git(root, "mv", "scheduler/shape/view.py", "scheduler/shape/views.py")
+  for f in ("scheduler/shape/shapetracker.py", "scheduler/schedule.py"):
+    p = root / f
+    p.write_text(p.read_text().replace("scheduler.shape.view import", "scheduler.shape.views import"))

@@ -5,7 +5,7 @@ from xml.etree import ElementTree as ET
 import pytest
 import yaml
 from tests.conftest import REPO
-from tests.replay.conftest import cli, git, edit, commit_on_a
+from tests.replay.conftest import cli, git, edit, commit_on_a, rename_view_module
 from scheduler.device import find_c_compiler
 
 CMD = ["--", sys.executable, "-m", "scripts.workloads", "--only", "ref_expand_of_expr", "ref_add_const", "ref_matmul_bias_relu"]
@@ -55,12 +55,7 @@ def test_output_mismatch_fails_with_3(repo, tmp_path):
 @pytest.mark.slow
 @needs_cc
 def test_incompatible_fails_with_4_unless_allowed(repo, tmp_path):
-  def rename(r):
-    git(r, "mv", "scheduler/shape/view.py", "scheduler/shape/views.py")
-    for f in ("scheduler/shape/shapetracker.py", "scheduler/schedule.py"):
-      p = r / f
-      p.write_text(p.read_text().replace("scheduler.shape.view import", "scheduler.shape.views import"))
-  commit_on_a(repo, "rename", rename)
+  commit_on_a(repo, "rename", rename_view_module)
   assert gate(repo, tmp_path).returncode == 4
   assert gate(repo, tmp_path, "--allow-incompatible").returncode == 0
   proc = cli("gate", "--base", "nope", *CMD, db=tmp_path / "r.db", cwd=repo)

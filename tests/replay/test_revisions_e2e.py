@@ -3,7 +3,7 @@ a fusion-rule change, broken arithmetic in the C renderer, a renamed module, and
 crash or hang."""
 import sys
 import pytest
-from tests.replay.conftest import cli, capture_workloads, git, edit, commit_on_a
+from tests.replay.conftest import cli, capture_workloads, git, edit, commit_on_a, rename_view_module
 from scheduler.device import find_c_compiler
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")]
@@ -61,12 +61,7 @@ def test_broken_c_arithmetic_is_a_mismatch(repo, tmp_path):
 
 
 def test_renamed_module_is_incompatible(repo, tmp_path):
-  def rename(r):
-    git(r, "mv", "scheduler/shape/view.py", "scheduler/shape/views.py")
-    for f in ("scheduler/shape/shapetracker.py", "scheduler/schedule.py"):
-      p = r / f
-      p.write_text(p.read_text().replace("scheduler.shape.view import", "scheduler.shape.views import"))
-  commit_on_a(repo, "renamed", rename)
+  commit_on_a(repo, "renamed", rename_view_module)
   db = tmp_path / "r.db"
   capture_workloads(db, *WORKLOADS, cwd=repo)
   proc = cli("diff", "--base", "main", db=db, cwd=repo)
