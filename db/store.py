@@ -115,8 +115,8 @@ class Store:
   @staticmethod
   def blob_sha(data: bytes) -> str: return hashlib.sha256(data).hexdigest()
 
-  def _put_blob(self, data: bytes) -> str:
-    sha = self.blob_sha(data)
+  def _put_blob(self, data: bytes, sha: Optional[str] = None) -> str:
+    sha = sha or self.blob_sha(data)
     if sha not in self._known_blobs:
       self.conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)", (sha, len(data), zlib.compress(data, 1)))
     return sha
@@ -143,13 +143,18 @@ class Store:
     if self.blob_count() <= limit: self._known_blobs.update(r[0] for r in self.conn.execute("SELECT sha256 FROM blobs"))
 
   def add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes, output_data: bytes,
-                  flags: dict | str, meta: Optional[dict] = None) -> int:
+                  flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None) -> int:
+    in_sha, out_sha = input_sha or self.blob_sha(input_data), self.blob_sha(output_data)
+    row = (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
+           flags if isinstance(flags, str) else json.dumps(flags, sort_keys=True), json.dumps(meta) if meta else "{}")
+    sql = "INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    if in_sha in self._known_blobs and out_sha in self._known_blobs:
+      # both payloads are stored already: one statement is its own transaction
+      return self.conn.execute(sql, row).lastrowid
     with self.transaction():
-      in_sha, out_sha = self._put_blob(input_data), self._put_blob(output_data)
-      cur = self.conn.execute(
-        "INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) VALUES (?,?,?,?,?,?,?,?,?,?)",
-        (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
-         flags if isinstance(flags, str) else json.dumps(flags, sort_keys=True), json.dumps(meta) if meta else "{}"))
+      self._put_blob(input_data, in_sha)
+      self._put_blob(output_data, out_sha)
+      cur = self.conn.execute(sql, row)
     # only after the commit: a rolled-back blob must be written again next time
     self._known_blobs.update((in_sha, out_sha))
     return cur.lastrowid

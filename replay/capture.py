@@ -60,14 +60,16 @@ def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:
   except (OSError, subprocess.SubprocessError): return None, None
 
 
-_outside_cache: dict[str, bool] = {}
+_outside_cache: dict[str, Optional[str]] = {}
 
 
-def _is_outside(filename: str) -> bool:
-  if (hit := _outside_cache.get(filename)) is None:
+def _outside_name(filename: str) -> Optional[str]:
+  """The name to show for a file outside the compiler and harness, None for one inside (cached per file)."""
+  if filename not in _outside_cache:
     path = os.path.abspath(filename)
-    hit = _outside_cache[filename] = not path.startswith(_PACKAGE_DIRS) and "importlib" not in path and not filename.startswith("<frozen")
-  return hit
+    outside = not path.startswith(_PACKAGE_DIRS) and "importlib" not in path and not filename.startswith("<frozen")
+    _outside_cache[filename] = os.path.relpath(filename) if outside else None
+  return _outside_cache[filename]
 
 
 def location() -> str:
@@ -75,8 +77,7 @@ def location() -> str:
   if (node := os.getenv("PYTEST_CURRENT_TEST")): return node.rsplit(" ", 1)[0]
   frame = sys._getframe(1)
   while frame is not None:
-    if _is_outside(frame.f_code.co_filename):
-      return f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
+    if (name := _outside_name(frame.f_code.co_filename)) is not None: return f"{name}:{frame.f_lineno} {frame.f_code.co_name}"
     frame = frame.f_back
   return "?"
 
@@ -170,6 +171,9 @@ class CapturePoint:
       else: output = {"outputs": list(self.output)}
       output_data = serialize.dumps(output)
     compiler = flags_json({k: v for k, v in self.flags.items() if k not in NON_COMPILER_FLAGS})
-    key = hashlib.sha256(self.input_data + compiler.encode()).hexdigest()
+    # the content key: the hash of the input payload's hash and the compiler flags (the payload is hashed once)
+    in_sha = hashlib.sha256(self.input_data).hexdigest()
+    key = hashlib.sha256(f"{in_sha}|{compiler}".encode()).hexdigest()
     store, run_id = SINK.get()
-    store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data, flags_json(self.flags), self.meta)
+    store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data, flags_json(self.flags), self.meta,
+                      input_sha=in_sha)
