@@ -3,7 +3,7 @@
 Sits below `ops.py`: every UOp carries a DType.
 """
 from __future__ import annotations
-import math, struct
+import functools, math, struct
 from dataclasses import dataclass
 from typing import Union
 import numpy as np
@@ -94,13 +94,13 @@ class dtypes:
 
   @staticmethod
   def min(dtype: DType):
-    if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -2**(dtype.itemsize * 8 - 1)
-    return -math.inf if dtypes.is_float(dtype) else False
+    """The smallest value of `dtype` (-inf for floats, False for bool)."""
+    return _value_range(dtype)[0]
 
   @staticmethod
   def max(dtype: DType):
-    if dtypes.is_int(dtype): return 2**(dtype.itemsize * 8) - 1 + dtypes.min(dtype)
-    return math.inf if dtypes.is_float(dtype) else True
+    """The largest value of `dtype` (inf for floats, True for bool)."""
+    return _value_range(dtype)[1]
 
   @staticmethod
   def fields() -> dict[str, DType]: return dict(_by_name)
@@ -122,32 +122,51 @@ def to_dtype(x: DType | str) -> DType:
   raise ValueError(f"unknown dtype {x!r}")
 
 
-# promotion lattice: each dtype lists the dtypes it promotes to directly (JAX-style, as tinygrad does)
-promo_lattice = {
-  dtypes.bool: [dtypes.int8, dtypes.uint8], dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32],
-  dtypes.int32: [dtypes.int64], dtypes.int64: [dtypes.float16], dtypes.uint8: [dtypes.int16, dtypes.uint16],
-  dtypes.uint16: [dtypes.int32, dtypes.uint32], dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.float16],
-  dtypes.float16: [dtypes.float32], dtypes.float32: [dtypes.float64],
+def _value_range(dtype: DType) -> tuple:
+  scalar = dtype.scalar
+  if scalar in dtypes.floats: return (-math.inf, math.inf)
+  if scalar not in dtypes.ints: return (False, True)
+  bits = 8 * scalar.itemsize
+  if scalar in dtypes.uints: return (0, (1 << bits) - 1)
+  return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+
+# Type promotion is a lattice (JAX-style, as the reference's): each dtype names the dtypes it widens to
+# in one step; two dtypes promote to the lowest-priority dtype that both can widen to.
+_WIDENS_TO: dict[DType, tuple[DType, ...]] = {
+  dtypes.bool: (dtypes.int8, dtypes.uint8),
+  dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,), dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.float16,),
+  dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
+  dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.float16,),
+  dtypes.float16: (dtypes.float32,), dtypes.float32: (dtypes.float64,), dtypes.float64: (),
 }
 
 
-def _get_recursive_parents(dtype: DType) -> set[DType]:
-  if dtype == dtypes.float64: return {dtypes.float64}
-  return {dtype}.union(*[_get_recursive_parents(d) for d in promo_lattice[dtype]])
+@functools.cache
+def _reachable(dtype: DType) -> frozenset[DType]:
+  """`dtype` and every dtype it widens to, in any number of steps."""
+  seen, todo = {dtype}, [dtype]
+  while todo:
+    for wider in _WIDENS_TO[todo.pop()]:
+      if wider not in seen: seen.add(wider); todo.append(wider)
+  return frozenset(seen)
 
 
 def least_upper_dtype(*ds: DType) -> DType:
-  common = set.intersection(*[_get_recursive_parents(d) for d in ds])
-  return min(common)
+  """The narrowest dtype that every one of `ds` promotes to."""
+  shared = frozenset.intersection(*(_reachable(d) for d in ds))
+  return min(shared)
 
 
 def least_upper_float(dt: DType) -> DType: return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
 
 
 def sum_acc_dtype(dt: DType) -> DType:
-  if dtypes.is_unsigned(dt): return least_upper_dtype(dt, dtypes.uint32)
-  if dtypes.is_int(dt) or dt == dtypes.bool: return least_upper_dtype(dt, dtypes.int32)
-  return least_upper_dtype(dt, dtypes.float32)
+  """The accumulator dtype of a sum: at least 32 bits, unsigned stays unsigned, bool sums as int."""
+  if dtypes.is_float(dt): floor = dtypes.float32
+  elif dtypes.is_unsigned(dt): floor = dtypes.uint32
+  else: floor = dtypes.int32
+  return least_upper_dtype(dt, floor)
 
 
 _np_map = {dtypes.bool: np.bool_, dtypes.int8: np.int8, dtypes.uint8: np.uint8, dtypes.int16: np.int16, dtypes.uint16: np.uint16,

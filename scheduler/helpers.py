@@ -1,61 +1,66 @@
-"""Small shared utilities at the bottom of the compiler: environment flags, list helpers.
+"""Small shared utilities at the bottom of the compiler: environment flags and sequence helpers.
 
-Every flag the compiler reads is a `ContextVar`; they register themselves so that a capture can
-snapshot all of them and a replay can restore them with `Context(**flags)`.
+Nothing in here imports another module of the project. Every flag the compiler reads is a
+`ContextVar`; each one registers itself in `ContextVar._cache` (the registry the harness reads), so a
+capture can snapshot all flags and a replay can restore them with `Context(**flags)`.
 """
 from __future__ import annotations
-import functools, operator, os
-from typing import Any, Iterable, TypeVar
+import os
+from functools import cache
+from typing import Any, Iterable, Sequence, TypeVar
 
 T = TypeVar("T")
 
 
-@functools.cache
+@cache
 def getenv(key: str, default: Any = 0) -> Any:
-  return type(default)(os.getenv(key, default))
+  """The environment variable `key` converted to the type of `default` (read once per process)."""
+  raw = os.environ.get(key)
+  return default if raw is None else type(default)(raw)
 
 
 class ContextVar:
-  """A named integer flag read from the environment once, overridable for a block with `Context`."""
-  _cache: dict[str, "ContextVar"] = {}
-  value: int
-  key: str
+  """A named integer flag: its environment value at import, overridable for a block with `Context`.
+
+  It behaves like its integer value in comparisons and truth tests (`if DEBUG >= 2:`)."""
+  _cache: dict[str, ContextVar] = {}   # every flag by name; the harness snapshots and restores it
 
   def __init__(self, key: str, default_value: int):
-    if key in ContextVar._cache: raise RuntimeError(f"attempt to recreate ContextVar {key}")
+    if key in ContextVar._cache: raise RuntimeError(f"flag {key} is defined twice")
     self.key, self.default = key, default_value
-    self.value = getenv(key, default_value)
+    self.value: int = getenv(key, default_value)
     ContextVar._cache[key] = self
 
-  def __bool__(self): return bool(self.value)
-  def __ge__(self, x): return self.value >= x
-  def __gt__(self, x): return self.value > x
-  def __lt__(self, x): return self.value < x
-  def __le__(self, x): return self.value <= x
-  def __eq__(self, x): return self.value == x
-  def __hash__(self): return hash(self.key)
-  def __int__(self): return int(self.value)
-  def __repr__(self): return f"ContextVar({self.key}={self.value})"
+  def __int__(self) -> int: return int(self.value)
+  def __index__(self) -> int: return int(self.value)
+  def __bool__(self) -> bool: return bool(self.value)
+  def __hash__(self) -> int: return hash(self.key)
+  def __eq__(self, other) -> bool: return self.value == other
+  def __lt__(self, other) -> bool: return self.value < other
+  def __le__(self, other) -> bool: return self.value <= other
+  def __gt__(self, other) -> bool: return self.value > other
+  def __ge__(self, other) -> bool: return self.value >= other
+  def __repr__(self) -> str: return f"ContextVar({self.key}={self.value})"
 
   @staticmethod
   def snapshot() -> dict[str, int]:
     """Every registered flag and its current value, sorted by name."""
-    return {k: v.value for k, v in sorted(ContextVar._cache.items())}
+    return {name: ContextVar._cache[name].value for name in sorted(ContextVar._cache)}
 
 
 class Context:
   """Set flags for a block; the previous values come back on exit, also when the block raises."""
-  def __init__(self, **kwargs: int): self.kwargs = kwargs
+  def __init__(self, **flags: int): self.flags = flags
 
-  def __enter__(self):
-    unknown = [k for k in self.kwargs if k not in ContextVar._cache]
+  def __enter__(self) -> Context:
+    unknown = sorted(set(self.flags) - set(ContextVar._cache))
     if unknown: raise KeyError(f"unknown flag(s) for Context: {', '.join(unknown)}")
-    self.old = {k: ContextVar._cache[k].value for k in self.kwargs}
-    for k, v in self.kwargs.items(): ContextVar._cache[k].value = v
+    self.saved = {name: ContextVar._cache[name].value for name in self.flags}
+    for name, value in self.flags.items(): ContextVar._cache[name].value = value
     return self
 
-  def __exit__(self, *exc):
-    for k, v in self.old.items(): ContextVar._cache[k].value = v
+  def __exit__(self, *exc) -> bool:
+    for name, value in self.saved.items(): ContextVar._cache[name].value = value
     return False
 
 
@@ -75,43 +80,68 @@ REDUCEOP_SPLIT_SIZE = ContextVar("REDUCEOP_SPLIT_SIZE", 22)
 VIZ = ContextVar("VIZ", 0)
 
 
-def prod(x: Iterable[T], start: Any = 1) -> Any: return functools.reduce(operator.mul, x, start)
-def dedup(x: Iterable[T]) -> list[T]: return list(dict.fromkeys(x))
-def flatten(xs: Iterable[Iterable[T]]) -> list[T]: return [item for sub in xs for item in sub]
-def all_int(t: Iterable[Any]) -> bool: return all(isinstance(s, int) for s in t)
-def argfix(*x):
-  if x and isinstance(x[0], (tuple, list)):
-    if len(x) != 1: raise ValueError(f"bad arg {x}")
-    return tuple(x[0])
-  return x
-def make_tuple(x, cnt: int) -> tuple: return (x,) * cnt if isinstance(x, int) else tuple(x)
-def argsort(x): return type(x)(sorted(range(len(x)), key=x.__getitem__))
-def round_up(num: int, amt: int) -> int: return (num + amt - 1) // amt * amt
-def ceildiv(num, amt): return -(num // -amt)
-def fully_flatten(lst):
-  if hasattr(lst, "__len__") and hasattr(lst, "__getitem__") and not isinstance(lst, str):
-    if hasattr(lst, "shape") and lst.shape == (): return [lst[()]]
-    return [x for item in lst for x in fully_flatten(item)]
-  return [lst]
+def prod(values: Iterable[Any], start: Any = 1) -> Any:
+  """Product of `values`; works for ints and for symbolic UOps (which is why this is not math.prod)."""
+  result = start
+  for v in values: result = result * v
+  return result
 
+def dedup(items: Iterable[T]) -> list[T]:
+  """The items in order of first appearance, each once."""
+  return list(dict.fromkeys(items))
 
-def all_same(items: list[Any] | tuple[Any, ...]) -> bool: return all(x == items[0] for x in items)
+def flatten(nested: Iterable[Iterable[T]]) -> list[T]: return [item for inner in nested for item in inner]
+def all_int(values: Iterable[Any]) -> bool: return all(isinstance(v, int) for v in values)
+def all_same(items: Sequence[Any]) -> bool: return all(v == items[0] for v in items[1:])
 
+def argfix(*args):
+  """Accept both `f(1, 2, 3)` and `f((1, 2, 3))`: the arguments as one tuple."""
+  if not args or not isinstance(args[0], (tuple, list)): return args
+  if len(args) > 1: raise ValueError(f"expected one sequence or several values, got {args}")
+  return tuple(args[0])
 
-def unwrap(x: T | None) -> T:
-  if x is None: raise ValueError("unexpected None")
-  return x
+def make_tuple(value: int | Sequence[int], count: int) -> tuple:
+  """`value` repeated `count` times when it is an int, else `value` as a tuple."""
+  return tuple(value) if not isinstance(value, int) else tuple(value for _ in range(count))
 
+def argsort(values):
+  """The indices that sort `values`, as the same sequence type."""
+  order = sorted(range(len(values)), key=lambda i: values[i])
+  return type(values)(order)
 
-def pluralize(st: str, cnt: int) -> str: return f"{cnt} {st}" + ("" if cnt == 1 else "s")
+def ceildiv(num, amt):
+  """Division rounding towards +inf (also for symbolic `num`)."""
+  return -((-num) // amt)
+
+def round_up(num: int, amt: int) -> int: return ceildiv(num, amt) * amt
+
+def fully_flatten(nested) -> list:
+  """Every scalar leaf of nested lists, tuples and arrays, depth first (0-d arrays are leaves)."""
+  out: list = []
+  stack = [nested]
+  while stack:
+    item = stack.pop()
+    if isinstance(item, str) or not (hasattr(item, "__len__") and hasattr(item, "__getitem__")): out.append(item)
+    elif getattr(item, "shape", None) == (): out.append(item[()])
+    else: stack.extend(item[i] for i in range(len(item) - 1, -1, -1))
+  return out
+
+def unwrap(value: T | None) -> T:
+  if value is None: raise ValueError("expected a value, got None")
+  return value
+
+def pluralize(noun: str, count: int) -> str: return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 class Metadata:
   """Which tensor function produced an op; rides on schedule items for the reader."""
   __slots__ = ("name", "caller", "backward")
+
   def __init__(self, name: str, caller: str = "", backward: bool = False):
     self.name, self.caller, self.backward = name, caller, backward
-  def __hash__(self): return hash((self.name, self.backward))
-  def __eq__(self, o): return isinstance(o, Metadata) and (self.name, self.backward) == (o.name, o.backward)
-  def __repr__(self): return self.name + ("_bw" if self.backward else "")
+
+  def _identity(self): return (self.name, self.backward)
+  def __hash__(self): return hash(self._identity())
+  def __eq__(self, other): return isinstance(other, Metadata) and self._identity() == other._identity()
+  def __repr__(self): return f"{self.name}_bw" if self.backward else self.name
   def __reduce__(self): return (Metadata, (self.name, self.caller, self.backward))

@@ -5,7 +5,7 @@ tracker use `symbolic` on index expressions. `Variable(name, min, max)` is a `DE
 """
 from __future__ import annotations
 import math, operator
-from typing import Any
+from typing import Any, Optional
 from scheduler.dtype import DType, dtypes, truncate_const
 from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher
 
@@ -18,35 +18,59 @@ def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32)
 
 # ***** evaluating ALU ops on python values with C semantics *****
 
-def cdiv(x: int, y: int) -> int: return abs(x) // abs(y) * (1 if x * y >= 0 else -1) if y != 0 else 0
-def cmod(x: int, y: int) -> int: return x - cdiv(x, y) * y
+def cdiv(x: int, y: int) -> int:
+  """Integer division truncating toward zero, as C does (0 when dividing by zero)."""
+  if y == 0: return 0
+  quotient = abs(x) // abs(y)
+  return quotient if (x < 0) == (y < 0) or x == 0 else -quotient
 
 
-def _safe_exp2(x):
+def cmod(x: int, y: int) -> int:
+  """The remainder that goes with `cdiv`: it has the sign of the dividend."""
+  return x - y * cdiv(x, y)
+
+
+def _log2(x): return math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+def _sqrt(x): return math.sqrt(x) if x >= 0 else math.nan
+def _recip(x): return 1 / x if x != 0 else math.copysign(math.inf, x)
+def _sin(x): return math.nan if math.isinf(x) else math.sin(x)
+
+
+def _exp2(x):
   try: return 2 ** x
   except OverflowError: return math.inf
 
 
 def _fdiv(x, y):
-  if y == 0: return math.nan if x == 0 or x != x else math.copysign(math.inf, x) * (math.copysign(1, y))
-  return x / y
+  if y != 0: return x / y
+  if x == 0 or x != x: return math.nan
+  return math.copysign(math.inf, x) * math.copysign(1, y)
 
 
-python_alu: dict[Ops, Any] = {
-  Ops.LOG2: lambda x: math.log2(x) if x > 0 else -math.inf if x == 0 else math.nan,
-  Ops.EXP2: _safe_exp2, Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
-  Ops.RECIP: lambda x: 1 / x if x != 0 else math.copysign(math.inf, x),
-  Ops.SIN: lambda x: math.sin(x) if not math.isinf(x) else math.nan, Ops.NEG: operator.neg,
-  Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.CMPNE: operator.ne, Ops.CMPLT: operator.lt,
-  Ops.XOR: operator.xor, Ops.OR: operator.or_, Ops.AND: operator.and_, Ops.SHR: operator.rshift, Ops.SHL: operator.lshift,
-  Ops.MAX: max, Ops.MOD: cmod, Ops.IDIV: cdiv, Ops.FDIV: _fdiv, Ops.MULACC: lambda x, y, z: x * y + z,
-  Ops.WHERE: lambda x, y, z: y if x else z,
+_UNARY = {Ops.LOG2: _log2, Ops.EXP2: _exp2, Ops.SQRT: _sqrt, Ops.RECIP: _recip, Ops.SIN: _sin, Ops.NEG: operator.neg}
+_BINARY = {
+  # arithmetic
+  Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.FDIV: _fdiv, Ops.IDIV: cdiv, Ops.MOD: cmod, Ops.MAX: max,
+  # comparisons
+  Ops.CMPNE: operator.ne, Ops.CMPLT: operator.lt,
+  # bits
+  Ops.SHL: operator.lshift, Ops.SHR: operator.rshift, Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor,
 }
 
 
+def _evaluate(op: Ops, operands: list) -> Any:
+  if op in _UNARY: return _UNARY[op](operands[0])
+  if op in _BINARY: return _BINARY[op](operands[0], operands[1])
+  if op is Ops.WHERE: return operands[1] if operands[0] else operands[2]
+  if op is Ops.MULACC: return operands[0] * operands[1] + operands[2]
+  raise ValueError(f"{op} cannot be evaluated on constants")
+
+
 def exec_alu(op: Ops, dtype: DType, operands: list) -> Any:
-  if dtypes.is_int(dtype) and op in {Ops.IDIV, Ops.MOD} and operands[1] == 0: raise ZeroDivisionError("integer division by zero in constant")
-  return truncate_const(python_alu[op](*operands), dtype)
+  """`op` applied to python constants, with the result stored as `dtype` would store it."""
+  if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(dtype) and operands[1] == 0:
+    raise ZeroDivisionError("integer division by zero in constant")
+  return truncate_const(_evaluate(op, operands), dtype)
 
 
 # ***** value ranges *****
@@ -58,7 +82,9 @@ def min_max(u: UOp) -> tuple:
   if op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
   if op is Ops.BIND: return src[0].vmin, src[0].vmax
   if op is Ops.RANGE: return src[0].vmin, src[1].vmax - 1
-  if op is Ops.SPECIAL: return 0, u.arg[1] - 1 if isinstance(u.arg[1], int) else u.arg[1].vmax - 1
+  if op is Ops.SPECIAL:
+    extent = u.arg[1]
+    return 0, (extent if isinstance(extent, int) else extent.vmax) - 1
   if op is Ops.ADD: return src[0].vmin + src[1].vmin, src[0].vmax + src[1].vmax
   if op is Ops.SUB: return src[0].vmin - src[1].vmax, src[0].vmax - src[1].vmin
   if op is Ops.MUL:
@@ -106,34 +132,88 @@ def _fold_const(a: UOp):
   except (ZeroDivisionError, OverflowError, ValueError): return None
 
 
-symbolic_simple = PatternMatcher([
-  # identities
-  (UPat.var("x") + 0, lambda x: x),
-  (UPat.var("x") * 1, lambda x: x),
-  (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x if c.arg == 1 else (-x if c.arg == -1 else None)),
-  (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.var("x"))), lambda x: x.const_like(1)),
-  (UPat(Ops.MOD, src=(UPat(Ops.MOD, src=(UPat.var(), UPat.var("y")), name="base"), UPat.var("y"))), lambda base, y: base),
-  (UPat.var("x", dtype=dtypes.bool) & UPat.cvar("c"), lambda x, c: x if c.arg else c),
-  (UPat.var("x", dtype=dtypes.bool) | UPat.cvar("c"), lambda x, c: c if c.arg else x),
-  (UPat(GroupOp.Idempotent, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
-  (UPat(Ops.CMPNE, src=(UPat(Ops.CMPNE, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, True))), UPat.const(dtypes.bool, True))),
-   lambda x: x),
-  # zero folding
-  (UPat(Ops.CMPLT, src=(UPat.var("x"), UPat.var("x"))), lambda x: UOp.const(dtypes.bool, False) if x.st is None else
-   x.const_like(False).cast(dtypes.bool)),
-  (UPat(Ops.CMPNE, src=(UPat.var("x", dtype=dtypes.ints), UPat.var("x"))), lambda x: UOp.const(dtypes.bool, False) if x.st is None else
-   x.const_like(False).cast(dtypes.bool)),
-  (UPat.var("x") * 0, lambda x: x.const_like(0)),
-  # constant folding
-  (UPat(GroupOp.ALU, name="a", src=UPat(Ops.CONST)), _fold_const),
-  # bool arithmetic is logic
-  (UPat(Ops.MUL, dtype=dtypes.bool, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x & y),
-  (UPat(Ops.ADD, dtype=dtypes.bool, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x | y),
-  (UPat(Ops.MAX, dtype=dtypes.bool, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x | y),
-  # casts of constants and no-op casts
-  (UPat(Ops.CAST, name="root", src=(UPat.cvar("c"),)), lambda root, c: root.const_like(c.arg)),
-  (UPat(Ops.CAST, name="root"), lambda root: root.src[0] if root.dtype == root.src[0].dtype else None),
-])
+def _const_value(u: UOp):
+  return u.arg if u.op is Ops.CONST else None
+
+
+def _false_like(x: UOp) -> UOp:
+  return UOp.const(dtypes.bool, False) if x.st is None else x.const_like(False).cast(dtypes.bool)
+
+
+def _fold_with_constant(root: UOp) -> Optional[UOp]:
+  """S13 identities of a binary op with a constant on either side: x+0, x*1, x*0, x//1, x//-1, bool x&c, x|c."""
+  op = root.op
+  for x, c in ((root.src[0], root.src[1]), (root.src[1], root.src[0])):
+    value = _const_value(c)
+    if value is None: continue
+    if op is Ops.ADD and value == 0: return x
+    if op is Ops.MUL and value == 1: return x
+    if op is Ops.MUL and value == 0: return x.const_like(0)
+    if op in (Ops.AND, Ops.OR) and x.dtype == dtypes.bool:
+      keeps_x = bool(value) if op is Ops.AND else not value
+      return x if keeps_x else c
+    if op in GroupOp.Commutative: continue
+    if op is Ops.IDIV and c is root.src[1] and value in (1, -1): return x if value == 1 else -x
+    break
+  return None
+
+
+def _fold_same_operands(root: UOp) -> Optional[UOp]:
+  """S13 folds of an op applied to one value twice: x//x, x<x, int x!=x, idempotent ops."""
+  x, y = root.src
+  if x is not y: return None
+  if root.op is Ops.IDIV: return x.const_like(1)
+  if root.op is Ops.CMPLT: return _false_like(x)
+  if root.op is Ops.CMPNE and dtypes.is_int(x.dtype): return _false_like(x)
+  if root.op in GroupOp.Idempotent: return x
+  return None
+
+
+def _fold_nested(root: UOp) -> Optional[UOp]:
+  """(x%y)%y -> x%y, and not(not(b)) -> b for bools (NOT is `!= True`)."""
+  inner, outer_operand = root.src
+  if inner.op is not root.op or inner.src[1] is not outer_operand: return None
+  if root.op is Ops.MOD: return inner
+  if root.op is Ops.CMPNE and inner.dtype == dtypes.bool and inner.src[0].dtype == dtypes.bool and _const_value(outer_operand) is True:
+    return inner.src[0]
+  return None
+
+
+def _fold_all_constant(root: UOp) -> Optional[UOp]:
+  """An ALU op over constants is a constant (THREEFRY is left for the device)."""
+  if root.op is Ops.THREEFRY or any(s.op is not Ops.CONST for s in root.src): return None
+  try: return root.const_like(exec_alu(root.op, root.dtype, [s.arg for s in root.src]))
+  except (ZeroDivisionError, OverflowError, ValueError): return None
+
+
+def _bool_arithmetic_is_logic(root: UOp) -> Optional[UOp]:
+  """bool*bool is AND, bool+bool and max(bool, bool) are OR."""
+  if root.dtype != dtypes.bool: return None
+  x, y = root.src
+  return x & y if root.op is Ops.MUL else x | y
+
+
+def _fold_cast(root: UOp) -> Optional[UOp]:
+  source = root.src[0]
+  if source.op is Ops.CONST: return root.const_like(source.arg)
+  return source if source.dtype == root.dtype else None
+
+
+_BINARY_FOLDS = (_fold_with_constant, _fold_same_operands, _fold_nested)
+
+
+def _simple_folds(root: UOp) -> Optional[UOp]:
+  if root.op is Ops.CAST: return _fold_cast(root)
+  if len(root.src) == 2 and root.op in GroupOp.ALU:
+    for fold in _BINARY_FOLDS:
+      if (out := fold(root)) is not None: return out
+  if root.op in GroupOp.ALU and (out := _fold_all_constant(root)) is not None: return out
+  if root.op in (Ops.MUL, Ops.ADD, Ops.MAX): return _bool_arithmetic_is_logic(root)
+  return None
+
+
+# S13: the basic algebraic simplifier the scheduler runs on tensor graphs
+symbolic_simple = PatternMatcher([(UPat((*GroupOp.ALU, Ops.CAST), name="root"), _simple_folds)])
 
 
 def _fold_by_range(x: UOp):
@@ -214,18 +294,37 @@ def _sum(terms: list[UOp], dtype: DType) -> UOp:
   return ret
 
 
-symbolic = symbolic_simple + PatternMatcher([
-  (UPat(GroupOp.ALU, name="x"), _fold_by_range),
-  (UPat(Ops.MUL, src=(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))), lambda x, c1, c2: x * (c1.arg * c2.arg)),
-  (UPat(Ops.ADD, name="x"), _combine_terms),
-  (UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("a"), UPat.var("b"))), UPat.cvar("c")), name="m"),
-   lambda a, b, c, m: a * c + b * c if dtypes.is_int(m.dtype) else None),
-  (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c"))), _div_fold),
-  (UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("c"))), _mod_fold),
-  # a constant on the left of a commutative op moves to the right
-  (UPat(GroupOp.Commutative, name="x", src=(UPat(Ops.CONST), UPat())),
-   lambda x: x.replace(src=x.src[::-1]) if x.src[1].op is not Ops.CONST else None),
-])
+def _fold_constant_products(root: UOp) -> Optional[UOp]:
+  """(x*c1)*c2 -> x*(c1*c2); for ints, (a+b)*c -> a*c + b*c so that terms can combine."""
+  inner, c = root.src
+  if c.op is not Ops.CONST: return None
+  if inner.op is Ops.MUL and inner.src[1].op is Ops.CONST: return inner.src[0] * (inner.src[1].arg * c.arg)
+  if inner.op is Ops.ADD and dtypes.is_int(root.dtype): return inner.src[0] * c + inner.src[1] * c
+  return None
+
+
+def _fold_by_constant_divisor(root: UOp) -> Optional[UOp]:
+  divisor = root.src[1]
+  if divisor.op is not Ops.CONST: return None
+  return (_div_fold if root.op is Ops.IDIV else _mod_fold)(root.src[0], divisor)
+
+
+def _constant_to_the_right(root: UOp) -> Optional[UOp]:
+  left, right = root.src
+  return root.replace(src=(right, left)) if left.op is Ops.CONST and right.op is not Ops.CONST else None
+
+
+# index simplification for lowering and the shape tracker: value ranges, like terms, constant divisors
+def _index_folds(root: UOp) -> Optional[UOp]:
+  if (out := _fold_by_range(root)) is not None: return out
+  if root.op is Ops.MUL and (out := _fold_constant_products(root)) is not None: return out
+  if root.op is Ops.ADD and (out := _combine_terms(root)) is not None: return out
+  if root.op in (Ops.IDIV, Ops.MOD) and (out := _fold_by_constant_divisor(root)) is not None: return out
+  if root.op in GroupOp.Commutative: return _constant_to_the_right(root)
+  return None
+
+
+symbolic = symbolic_simple + PatternMatcher([(UPat(GroupOp.ALU, name="root"), _index_folds)])
 
 
 # ***** rendering index expressions as text *****
