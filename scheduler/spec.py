@@ -1,8 +1,8 @@
 """Specs: which UOps are legal in which graph. `type_verify` checks UOps against a spec and names the
 first one that breaks it, with the reason.
 
-Three graphs are checked: tensor graphs built by the frontend (`tensor_uop_spec`, S1), the kernel graph
-between scheduler passes (`kernel_spec`, S55), and kernel ASTs (`ast_spec`, S3, S69-S72, S78).
+Two graphs are checked: tensor graphs built by the frontend (`tensor_uop_spec`, S1) and kernel ASTs
+(`ast_spec`, S3, S69-S72, S78). The kernel graph between scheduler passes is plain data (`sched_kernels`).
 A spec is a table from op to a check; a check returns None when the UOp is fine, else what is wrong.
 """
 from __future__ import annotations
@@ -97,25 +97,6 @@ tensor_uop_spec = Spec("a tensor graph", {
   Ops.CAST: lambda u: _expect(len(u.src) == 1, "CAST takes one source"),
   Ops.BITCAST: lambda u: _expect(len(u.src) == 1, "BITCAST takes one source"),
   **{op: _ok for op in (Ops.BUFFER_VIEW, Ops.EMPTY, Ops.SINK, Ops.KERNEL, Ops.UNIQUE)},
-})
-
-
-def _kernel_node(u: UOp) -> Optional[str]:
-  bad = [s.op for s in u.src if s.op not in (Ops.BUFFER, Ops.BUFFER_VIEW, Ops.ASSIGN)]
-  return _expect(not bad, f"KERNEL sources must be buffers or assigns, got {bad}")
-
-def _kernel_assign(u: UOp) -> Optional[str]:
-  ok = len(u.src) >= 2 and u.src[0].op in (Ops.BUFFER, Ops.BUFFER_VIEW) and u.src[1].op is Ops.KERNEL
-  return _expect(ok, "ASSIGN in the kernel graph needs (buffer, KERNEL, ...)")
-
-# S55: between kernels there are only buffers, kernels and the assigns that tie them together
-kernel_spec = Spec("the kernel graph", {
-  Ops.DEVICE: lambda u: _expect(not u.src, "DEVICE has no sources"),
-  Ops.BUFFER: _sources_are(Ops.DEVICE, exact=False),
-  Ops.BUFFER_VIEW: _sources_are(Ops.BUFFER),
-  Ops.KERNEL: _kernel_node,
-  Ops.ASSIGN: _kernel_assign,
-  Ops.SINK: _ok, Ops.VIEW: _ok, Ops.UNIQUE: _ok,
 })
 
 

@@ -5,12 +5,10 @@ from xml.etree import ElementTree as ET
 import pytest
 import yaml
 from tests.conftest import REPO
-from tests.replay.conftest import cli, git, edit, commit_on_a, rename_view_module
+from tests.replay.conftest import cli, git, edit, commit_on_a, rename_view_module, NO_REALIZE_EXPAND
 from scheduler.device import find_c_compiler
 
 CMD = ["--", sys.executable, "-m", "scripts.workloads", "--only", "ref_expand_of_expr", "ref_add_const", "ref_matmul_bias_relu"]
-NO_REALIZE_EXPAND = ("scheduler/schedule.py", "if resolve(prod(tr.shape) < prod(st.shape)) and not DONT_REALIZE_EXPAND: return realize(ctx, tr)",
-                     "if False: return realize(ctx, tr)")
 needs_cc = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
 
 

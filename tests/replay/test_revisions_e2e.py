@@ -3,7 +3,7 @@ a fusion-rule change, broken arithmetic in the C renderer, a renamed module, and
 crash or hang."""
 import sys
 import pytest
-from tests.replay.conftest import cli, capture_workloads, git, edit, commit_on_a, rename_view_module
+from tests.replay.conftest import cli, capture_workloads, git, edit, commit_on_a, rename_view_module, NO_REALIZE_EXPAND
 from scheduler.device import find_c_compiler
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")]
@@ -32,9 +32,7 @@ def test_head_equal_to_base_is_all_same(repo, tmp_path):
 
 def test_fusion_rule_change_is_changed_with_a_readable_diff(repo, tmp_path):
   # head B no longer realizes an elementwise op before an expand
-  commit_on_a(repo, "no-realize-expand", lambda r: edit(r, "scheduler/schedule.py",
-              "if resolve(prod(tr.shape) < prod(st.shape)) and not DONT_REALIZE_EXPAND: return realize(ctx, tr)",
-              "if False: return realize(ctx, tr)"))
+  commit_on_a(repo, "no-realize-expand", lambda r: edit(r, *NO_REALIZE_EXPAND))
   db = tmp_path / "r.db"
   capture_workloads(db, *WORKLOADS, cwd=repo)
   proc = cli("diff", "--base", "main", db=db, cwd=repo)

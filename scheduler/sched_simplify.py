@@ -1,0 +1,192 @@
+"""Scheduler phase 1, simplification (SCHEDULER.md S12-S32): the tensor graph as the frontend built it
+becomes a graph of VIEWs over bases, folded, with zero-size work, autograd markers and no-op copies gone.
+
+`simplify_tensor_graph(big_sink)` returns what every tensor node became (the map S56 needs) and the
+simplified SINK. All rules run through the pattern matcher: the view rules (S12, `merge_views`), the
+algebraic folds (S13, `symbolic_simple`), then `_tensor_rules`, which applies S14-S31 in the priority
+of S32. S31 is order dependent by design (A1): it remembers contiguous copies met earlier in the walk.
+"""
+from __future__ import annotations
+from typing import Callable, Optional
+from scheduler.helpers import all_int, dedup, prod, SPLIT_REDUCEOP, REDUCEOP_SPLIT_THRESHOLD, REDUCEOP_SPLIT_SIZE, \
+  CAST_AFTER_EXPAND
+from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher, graph_rewrite_map, identity_element, resolve, merge_views
+from scheduler.symbolic import symbolic_simple
+
+Rule = Callable[[dict, UOp], Optional[UOp]]
+
+
+def _is_zero_const(u: UOp) -> bool: return u.op is Ops.CONST and u.arg == 0
+
+
+def zero_size_is_zero(ctx: dict, u: UOp) -> Optional[UOp]:
+  """S14: a node with a shape and no elements is the constant 0 of its shape."""
+  if u.op is Ops.SINK or u.base.st is None or _is_zero_const(u.base): return None
+  return u.const_like(0) if isinstance(u.size, int) and u.size == 0 else None
+
+
+def drop_autograd_marker(ctx: dict, u: UOp) -> Optional[UOp]:
+  """S15: DETACH and CONTIGUOUS_BACKWARD only matter to autograd."""
+  return u.src[0]
+
+
+def empty_reduce_is_identity(ctx: dict, r: UOp) -> Optional[UOp]:
+  """S16: a reduce of nothing into something is its op's identity."""
+  source_size = r.src[0].size
+  if isinstance(source_size, int) and source_size == 0 and not (isinstance(r.size, int) and r.size == 0):
+    return r.const_like(identity_element(r.arg[0], r.dtype))
+  return None
+
+
+def broadcast_reduce_is_arithmetic(ctx: dict, r: UOp) -> Optional[UOp]:
+  """S17: reducing along axes the input only broadcasts is a multiply (ADD), a power (MUL) or nothing (MAX)."""
+  x, (combine, axes) = r.src[0], r.arg
+  views = x.st.views
+  if any(v.mask is not None for v in views) or not all_int(x.shape): return None
+  if any(views[-1].strides[a] != 0 for a in axes): return None
+  one_slice = x.shrink(tuple((0, 1) if i in axes else (0, extent) for i, extent in enumerate(x.shape)))
+  count = prod(x.shape[a] for a in axes)
+  if combine is Ops.ADD: return one_slice * count
+  if combine is Ops.MAX: return one_slice
+  power = one_slice
+  for _ in range(count - 1): power = power * one_slice
+  return power
+
+
+def _split_candidate(r: UOp) -> Optional[tuple[int, int]]:
+  """S18: the first (axis, divisor) that qualifies for splitting a big reduce, or None."""
+  x = r.src[0]
+  if not SPLIT_REDUCEOP or not all_int(x.shape) or not all_int(r.shape): return None
+  out_size = prod(r.shape)
+  if prod(x.shape) // out_size < REDUCEOP_SPLIT_THRESHOLD.value: return None
+  largest = min(256, 2 ** REDUCEOP_SPLIT_SIZE.value // out_size)
+  strides = x.st.real_strides(ignore_valid=True)
+  for axis in r.arg[1]:
+    for divisor in range(largest, 7, -1):
+      if x.shape[axis] % divisor == 0 and strides[axis] != 0: return axis, divisor
+  return None
+
+
+def split_big_reduce(ctx: dict, r: UOp) -> Optional[UOp]:
+  """S18: reduce into `divisor` partial results first (inner factor fastest), then reduce those."""
+  if (found := _split_candidate(r)) is None: return None
+  axis, divisor = found
+  x, (combine, axes) = r.src[0], r.arg
+  split_shape = x.shape[:axis] + (divisor, x.shape[axis] // divisor) + x.shape[axis + 1:]
+  outer_last = tuple(i for i in range(len(split_shape)) if i != axis) + (axis,)
+  partial = x.reshape(split_shape).permute(outer_last).r(combine, axes)
+  return partial.r(combine, (len(split_shape) - 1,)).reshape(r.shape)
+
+
+def copy_of_const(ctx: dict, copy: UOp) -> Optional[UOp]:
+  """S19: a copied constant is that constant on the destination device."""
+  source = copy.src[1]
+  return copy.const_like(source.arg) if source.op is Ops.CONST else None
+
+
+def copy_to_own_device(ctx: dict, copy: UOp) -> Optional[UOp]:
+  """S20: copying to the device the value already lives on does nothing, unless it is a clone."""
+  source = copy.src[1]
+  return source if copy.arg is not True and source.device == copy.device else None
+
+
+def contiguous_of_whole_buffer(ctx: dict, c: UOp) -> Optional[UOp]:
+  """S23: a contiguous view covering a whole buffer already is contiguous (W9)."""
+  view = c.src[0]
+  if view.op is Ops.VIEW and view.src[0].op is Ops.BUFFER and view.st.contiguous and view.size == view.src[0].size: return view
+  return None
+
+
+def contiguous_of_contiguous(ctx: dict, c: UOp) -> Optional[UOp]:
+  """S24: CONTIGUOUS of a CONTIGUOUS, a BUFFER or a COPY is its source."""
+  return c.src[0] if c.src[0].op in (Ops.CONTIGUOUS, Ops.BUFFER, Ops.COPY) else None
+
+
+def disk_buffer_view(ctx: dict, u: UOp) -> Optional[UOp]:
+  """S25: on DISK, BITCAST and CONTIGUOUS are byte views of the file, not kernels (D7 is caught later)."""
+  source = u.src[0]
+  if not source.device.startswith("DISK"): return None
+  first_offset = source.st.views[0].offset
+  return UOp(Ops.BUFFER_VIEW, u.dtype, (source.base,), (u.size, first_offset)).reshape(u.shape)
+
+
+def clean_sink(ctx: dict, sink: UOp) -> Optional[UOp]:
+  """S26: outputs that are constants or bound variables need no kernel; views of a value realize its base."""
+  kept = tuple(dedup(s.base for s in sink.src if s.op not in (Ops.CONST, Ops.BIND)))
+  return sink.replace(src=kept) if kept != sink.src else None
+
+
+def _expands(view: UOp) -> bool: return resolve(prod(view.shape) > view.st.real_size())
+
+
+def narrow_cast_before_expand(ctx: dict, cast: UOp) -> Optional[UOp]:
+  """S27: a cast that does not widen is applied before an expanding view, to the smaller base."""
+  view = cast.src[0]
+  if view.op is not Ops.VIEW or cast.dtype.itemsize > view.dtype.itemsize: return None
+  if CAST_AFTER_EXPAND and view.base.op is Ops.BUFFER: return None
+  return view.base.cast(cast.dtype).view(view.st) if _expands(view) else None
+
+
+def copy_of_view(ctx: dict, copy: UOp) -> Optional[UOp]:
+  """S28: copy only what a smaller view keeps (made contiguous first); else copy the base and view the copy."""
+  view = copy.src[1]
+  if view.op is not Ops.VIEW: return None
+  if resolve(prod(view.shape) < prod(view.base.shape)): return view.contiguous().copy_to_device(copy.device)
+  return view.base.copy_to_device(copy.device, clone=copy.arg).view(view.st)
+
+
+def unary_before_expand(ctx: dict, u: UOp) -> Optional[UOp]:
+  """S29: a unary op of an expanding view is applied to the view's source, under the same view."""
+  view = u.src[0]
+  if view.op is not Ops.VIEW or not resolve(prod(u.shape) > view.st.real_size()): return None
+  return view.src[0].alu(u.op).view(view.st)
+
+
+def view_of_cast_of_buffer(ctx: dict, view: UOp) -> Optional[UOp]:
+  """S30 (CAST_AFTER_EXPAND only): an expanding view of a cast buffer value casts after the view."""
+  cast = view.src[0]
+  if not CAST_AFTER_EXPAND or cast.op is not Ops.CAST: return None
+  x = cast.src[0]
+  if x.base.op is not Ops.BUFFER or not resolve(prod(view.shape) > prod(x.shape)): return None
+  return x.view(x.st + view.st).cast(view.dtype)
+
+
+def remember_contiguous_copy(ctx: dict, c: UOp) -> Optional[UOp]:
+  """S31, first half: CONTIGUOUS(VIEW(x)) with an invertible chain makes x readable from that copy."""
+  view = c.src[0]
+  if view.op is Ops.VIEW and (inverse := view.st.invert(view.base.shape)) is not None: ctx[view.base] = c.view(inverse)
+  return None
+
+
+def read_contiguous_copy(ctx: dict, u: UOp) -> Optional[UOp]:
+  """S31, second half: elementwise ops that read x directly read the remembered copy instead."""
+  swapped = tuple(ctx.get(s, s) for s in u.src)
+  return u.replace(src=swapped) if swapped != u.src else None
+
+
+# S32: for each op, the rules of S14-S31 in priority order (S14 comes first for every op)
+_RULES_BY_OP: dict[Ops, tuple[Rule, ...]] = {
+  Ops.DETACH: (drop_autograd_marker,), Ops.CONTIGUOUS_BACKWARD: (drop_autograd_marker,),
+  Ops.REDUCE_AXIS: (empty_reduce_is_identity, broadcast_reduce_is_arithmetic, split_big_reduce),
+  Ops.COPY: (copy_of_const, copy_to_own_device, copy_of_view),
+  Ops.CONTIGUOUS: (contiguous_of_whole_buffer, contiguous_of_contiguous, disk_buffer_view, remember_contiguous_copy),
+  Ops.BITCAST: (disk_buffer_view,),
+  Ops.SINK: (clean_sink,),
+  Ops.CAST: (narrow_cast_before_expand,),
+  Ops.VIEW: (view_of_cast_of_buffer,),
+}
+for _op in GroupOp.ALU: _RULES_BY_OP[_op] = ((unary_before_expand,) if _op in GroupOp.Unary else ()) + (read_contiguous_copy,)
+
+
+def _tensor_rules(ctx: dict, u: UOp) -> Optional[UOp]:
+  for rule in (zero_size_is_zero,) + _RULES_BY_OP.get(u.op, ()):
+    if (out := rule(ctx, u)) is not None: return out
+  return None
+
+
+simplify_rules = merge_views + symbolic_simple + PatternMatcher([(UPat(GroupOp.All, name="u"), _tensor_rules)])
+
+
+def simplify_tensor_graph(big_sink: UOp) -> dict[UOp, UOp]:
+  """What every node of the tensor graph became after S12-S31 (the SINK maps to the simplified SINK)."""
+  return graph_rewrite_map(big_sink, simplify_rules, ctx={})
