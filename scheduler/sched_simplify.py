@@ -12,6 +12,7 @@ from scheduler.helpers import all_int, dedup, prod, SPLIT_REDUCEOP, REDUCEOP_SPL
   CAST_AFTER_EXPAND
 from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher, graph_rewrite_map, identity_element, resolve, merge_views
 from scheduler.symbolic import symbolic_simple
+from scheduler.shape.shapetracker import ShapeTracker
 
 Rule = Callable[[dict, UOp], Optional[UOp]]
 
@@ -102,11 +103,21 @@ def contiguous_of_contiguous(ctx: dict, c: UOp) -> Optional[UOp]:
   return c.src[0] if c.src[0].op in (Ops.CONTIGUOUS, Ops.BUFFER, Ops.COPY) else None
 
 
+class DiskViewError(RuntimeError):
+  """D7: a DISK tensor can only be read as one contiguous range of its file."""
+
+
 def disk_buffer_view(ctx: dict, u: UOp) -> Optional[UOp]:
-  """S25: on DISK, BITCAST and CONTIGUOUS are byte views of the file, not kernels (D7 is caught later)."""
+  """S25: on DISK, BITCAST and CONTIGUOUS are byte views of the file, not kernels. The reference ignores
+  strides and masks here (D7); a view that is not one contiguous range is an error instead."""
   source = u.src[0]
   if not source.device.startswith("DISK"): return None
-  first_offset = source.st.views[0].offset
+  chain = source.st
+  first = chain.views[0]
+  if len(chain.views) != 1 or first.mask is not None or first.strides != ShapeTracker.from_shape(first.shape).views[0].strides:
+    raise DiskViewError(f"a strided or masked view of a DISK tensor (shape {source.shape}) cannot be read from the file (D7); "
+                        "copy the whole tensor to another device first, then view it there")
+  first_offset = first.offset
   return UOp(Ops.BUFFER_VIEW, u.dtype, (source.base,), (u.size, first_offset)).reshape(u.shape)
 
 

@@ -63,8 +63,8 @@ def commit_on_a(root, branch: str, change, message: str = "") -> str:
 def rename_view_module(root: pathlib.Path) -> None:
   """A head that renames a compiler module: captures made there name a module the base does not have."""
   git(root, "mv", "scheduler/shape/view.py", "scheduler/shape/views.py")
-  for p in root.rglob("*.py"):
-    if "scheduler.shape.view import" in (text := p.read_text()):
+  for name in git(root, "ls-files", "*.py").split():   # tracked files only: cached worktrees of other revisions stay as they are
+    if "scheduler.shape.view import" in (text := (p := root / name).read_text()):
       p.write_text(text.replace("scheduler.shape.view import", "scheduler.shape.views import"))
 
 

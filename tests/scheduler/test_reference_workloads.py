@@ -78,3 +78,18 @@ def test_every_ast_passes_the_kernel_spec(default_device):
     _, sched, _ = schedule_row(row)
     for si in sched:
       if si.ast.op.name == "SINK": type_verify(list(si.ast.toposort), ast_spec)
+
+
+@pytest.mark.parametrize("default_device", DEVICES, indirect=True)
+@pytest.mark.parametrize("column", FLAG_COLUMNS)
+@pytest.mark.parametrize("row", [r for r in ROWS if r["n_kernels"] != "ERR"], ids=[r["name"] for r in ROWS if r["n_kernels"] != "ERR"])
+def test_result_checksum_under_flag(row, column, default_device):
+  """Issue 11.4: every flag column also computes the reference result (counts alone hid D1)."""
+  if row[column] == "ERR": pytest.skip("the reference cannot schedule this row under the flag")
+  flag_value = column[len("n_kernels_"):]
+  flag = flag_value.rstrip("0123456789")
+  with Context(**{flag: int(flag_value[len(flag):])}):
+    out, sched, var_vals = schedule_row(row)
+    run_schedule(sched, var_vals)
+  result = out[0].numpy()
+  assert result.astype(np.float64).sum() == pytest.approx(float(row["out0_checksum"]), rel=1e-4, abs=1e-4)
