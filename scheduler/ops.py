@@ -5,7 +5,7 @@ object). `UPat`/`PatternMatcher` describe rewrite rules, `graph_rewrite` applies
 point. Sits on top of `dtype.py` and `helpers.py`; the shape tracker and symbolic rules build on it.
 """
 from __future__ import annotations
-import enum, functools, hashlib, inspect, math, weakref
+import enum, functools, hashlib, inspect, itertools, math, weakref
 from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
 from scheduler.dtype import DType, dtypes, ConstType
 from scheduler.helpers import all_same, dedup, prod, unwrap, TRACK_MATCH_STATS, Metadata
@@ -498,34 +498,31 @@ def pretty_print(x: UOp, cache=None, d=0) -> str:
 # ***** pattern matching *****
 
 class UPat(MathMixin):
+  """A pattern over UOps. `src` is a tuple (sources in that order), a list (in any order, for commutative
+  ops) or one UPat (every source matches it, any count). `name` binds the matched UOp for the rule."""
   __slots__ = ("op", "dtype", "arg", "name", "src", "allowed_len", "custom_early_reject", "location")
 
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = None, name: str | None = None,
                allow_any_len: bool = False, location=None, custom_early_reject: set[Ops] | None = None):
-    self.op: Optional[tuple[Ops, ...]] = (op,) if isinstance(op, Ops) else (tuple(op) if op is not None else None)
-    self.dtype: Optional[tuple[DType, ...]] = (dtype,) if isinstance(dtype, DType) else (tuple(dtype) if dtype is not None else None)
+    self.op: Optional[tuple[Ops, ...]] = None if op is None else ((op,) if isinstance(op, Ops) else tuple(op))
+    self.dtype: Optional[tuple[DType, ...]] = None if dtype is None else ((dtype,) if isinstance(dtype, DType) else tuple(dtype))
     self.arg, self.name = arg, name
-    self.src: Any = None
-    # a list of sources means "any order" (commutative), a tuple a fixed order, one UPat "all sources match it"
-    if isinstance(src, list): self.src = list(_permutations(tuple(src)))
-    elif isinstance(src, tuple): self.src = [src]
-    elif isinstance(src, UPat): self.src = [_Repeat(src)]
-    self.allowed_len = -1 if allow_any_len or isinstance(src, UPat) or src is None else len(src)
+    # src holds the alternative source tuples to try; a single UPat is stored as itself and repeats
+    if src is None: self.src: Any = None
+    elif isinstance(src, UPat): self.src = src
+    elif isinstance(src, list): self.src = list(dict.fromkeys(itertools.permutations(src)))
+    else: self.src = [tuple(src)]
+    fixed_count = isinstance(src, (tuple, list)) and not allow_any_len
+    self.allowed_len = len(src) if fixed_count else -1
     self.location = location or _caller_location()
-    if custom_early_reject is not None: self.custom_early_reject = custom_early_reject
-    else:
-      upat_match = [src] if isinstance(src, UPat) else ([] if src is None else self.src[0])
-      self.custom_early_reject = {pp.op[0] for pp in upat_match if isinstance(pp, UPat) and pp.op is not None and len(pp.op) == 1}
-
-  def named(self, name: str) -> UPat: return UPat(self.op, self.dtype, self._src_arg(), self.arg, name, self.allowed_len == -1)
-  def _src_arg(self):
-    if self.src is None: return None
-    s = self.src[0]
-    return s.pat if isinstance(s, _Repeat) else (list(s) if len(self.src) > 1 else s)
+    if custom_early_reject is None:
+      first = [src] if isinstance(src, UPat) else (list(src) if src is not None else [])
+      custom_early_reject = {p.op[0] for p in first if p.op is not None and len(p.op) == 1}
+    self.custom_early_reject = custom_early_reject
 
   @staticmethod
-  def any(*src): return _UPatAny(src=src)
+  def any(*alternatives: UPat) -> UPat: return _UPatAny(src=alternatives, custom_early_reject=set())
   @staticmethod
   def var(name: str | None = None, dtype=None) -> UPat: return UPat(dtype=dtype, name=name)
   @staticmethod
@@ -535,98 +532,97 @@ class UPat(MathMixin):
   @staticmethod
   def assign(target: UPat, value: UPat, name: str | None = None) -> UPat: return UPat(Ops.ASSIGN, src=(target, value), name=name)
 
-  # builders so that patterns read like the graphs they match
-  def view(self, st=None, **kwargs): return UPat(Ops.VIEW, src=(self,), arg=st, **kwargs)
-  def cast(self, dtype=None): return UPat(Ops.CAST, dtype, (self,))
-  def alu(self, op: Ops, *src: UPat):
-    asrc = (self,) + src
-    return UPat(op, dtypes.bool if op in GroupOp.Comparison else None, list(asrc) if op in GroupOp.Commutative else asrc)
-  def ufix(self, x): return x if isinstance(x, UPat) else UPat.const(None, x)
-  def where(self, x, y): return UPat(Ops.WHERE, None, (self, self.ufix(x), self.ufix(y)))
+  # builders, so that patterns read like the graphs they match
+  def view(self, st=None, **kwargs) -> UPat: return UPat(Ops.VIEW, src=(self,), arg=st, **kwargs)
+  def cast(self, dtype=None) -> UPat: return UPat(Ops.CAST, dtype, (self,))
+  def alu(self, op: Ops, *src: UPat) -> UPat:
+    operands = (self, *src)
+    return UPat(op, dtypes.bool if op in GroupOp.Comparison else None, list(operands) if op in GroupOp.Commutative else operands)
+  def ufix(self, x) -> UPat: return x if isinstance(x, UPat) else UPat.const(None, x)
+  def where(self, x, y) -> UPat: return UPat(Ops.WHERE, None, (self, self.ufix(x), self.ufix(y)))
 
   def __repr__(self): return f"UPat({self.op}, name={self.name})"
 
-  def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
-    if (self.op is not None and uop.op not in self.op) or \
-       (self.name is not None and store.setdefault(self.name, uop) is not uop) or \
-       (self.dtype is not None and uop.dtype not in self.dtype and uop.dtype.scalar not in self.dtype) or \
-       (self.arg is not None and self.arg != uop.arg) or \
-       (self.allowed_len != -1 and len(uop.src) != self.allowed_len): return []
-    if self.src is None: return [store]
-    res: list[dict[str, UOp]] = []
-    for vp in self.src:
-      stores, new_stores = [store.copy()], []
-      if isinstance(vp, _Repeat): vp = (vp.pat,) * len(uop.src)
-      for uu, vv in zip(uop.src, vp):
-        for s in stores: new_stores.extend(vv.match(uu, s))
-        stores, new_stores = new_stores, []
-      res.extend(stores)
-    return res
+  def _node_fits(self, uop: UOp) -> bool:
+    if self.op is not None and uop.op not in self.op: return False
+    if self.dtype is not None and uop.dtype not in self.dtype and uop.dtype.scalar not in self.dtype: return False
+    if self.arg is not None and self.arg != uop.arg: return False
+    return self.allowed_len == -1 or len(uop.src) == self.allowed_len
+
+  def match(self, uop: UOp, bound: dict[str, UOp]) -> list[dict[str, UOp]]:
+    """Every way this pattern matches `uop`, each as the names bound (extending `bound`)."""
+    if not self._node_fits(uop): return []
+    if self.name is not None:
+      if bound.get(self.name, uop) is not uop: return []
+      bound = {**bound, self.name: uop}
+    if self.src is None: return [bound]
+    if isinstance(self.src, UPat): return _match_sources((self.src,) * len(uop.src), uop.src, bound)
+    return [found for option in self.src for found in _match_sources(option, uop.src, bound)]
+
+
+def _match_sources(patterns: tuple, sources: tuple, bound: dict[str, UOp]) -> list[dict[str, UOp]]:
+  partial = [bound]
+  for pattern, source in zip(patterns, sources):
+    partial = [found for b in partial for found in pattern.match(source, b)]
+    if not partial: break
+  return partial
 
 
 class _UPatAny(UPat):
-  def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
-    ret: list[dict[str, UOp]] = []
-    for x in self.src[0]: ret.extend(x.match(uop, store.copy()))
-    return ret
-
-
-class _Repeat:
-  __slots__ = ("pat",)
-  def __init__(self, pat: UPat): self.pat = pat
-
-
-def _permutations(src: tuple) -> Iterable[tuple]:
-  import itertools
-  return itertools.permutations(src)
+  """Matches when any of its alternatives does."""
+  def match(self, uop: UOp, bound: dict[str, UOp]) -> list[dict[str, UOp]]:
+    return [found for alternative in self.src[0] for found in alternative.match(uop, bound)]
 
 
 def _caller_location() -> tuple[str, int]:
-  frm = inspect.currentframe()
-  while frm is not None and frm.f_code.co_filename == __file__: frm = frm.f_back
-  return (frm.f_code.co_filename, frm.f_lineno) if frm is not None else ("?", 0)
+  """file:line of the code that built the pattern (skipping this module), for rewrite tracing."""
+  frame = inspect.currentframe()
+  while frame is not None and frame.f_code.co_filename == __file__: frame = frame.f_back
+  return ("?", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
+
+
+def _ops_of(pattern: UPat) -> tuple[Ops, ...]:
+  if isinstance(pattern, _UPatAny): return tuple(dict.fromkeys(op for alt in pattern.src[0] for op in _ops_of(alt)))
+  return tuple(Ops) if pattern.op is None else pattern.op
 
 
 class PatternMatcher:
-  """Rewrite rules, indexed by the op they match; the first rule that returns a UOp wins."""
+  """Rewrite rules, indexed by the op they can match; the first rule that returns a new UOp wins.
+
+  A rule is (pattern, function); the function gets the pattern's named UOps as keyword arguments, plus
+  `ctx` when it asks for it. Returning None (or the node itself) means the rule does not apply."""
   def __init__(self, patterns: list[tuple[UPat, Callable]], _compiled: Optional[list[tuple[UPat, Callable, bool]]] = None):
     self.patterns = patterns
     if _compiled is None:
-      _compiled = []
-      for p, fxn in patterns:
-        if not isinstance(p, UPat): raise TypeError(f"pattern must be a UPat, got {p!r}")
-        _compiled.append((p, fxn, "ctx" in inspect.signature(fxn).parameters))
+      for pattern, _ in patterns:
+        if not isinstance(pattern, UPat): raise TypeError(f"pattern must be a UPat, got {pattern!r}")
+      _compiled = [(pattern, fn, "ctx" in inspect.signature(fn).parameters) for pattern, fn in patterns]
     self.compiled = _compiled
-    self.pdict: dict[Ops, list[tuple[UPat, Callable, set[Ops], bool]]] = {}
-    for p, fxn, has_ctx in _compiled:
-      ops = p.op if p.op is not None else tuple(Ops)
-      if isinstance(p, _UPatAny):
-        ops = tuple(dedup(o for x in p.src[0] for o in (x.op if x.op is not None else tuple(Ops))))
-      for uop in ops: self.pdict.setdefault(uop, []).append((p, fxn, p.custom_early_reject, has_ctx))
+    self.by_op: dict[Ops, list[tuple[UPat, Callable, set[Ops], bool]]] = {}
+    for pattern, fn, wants_ctx in _compiled:
+      for op in _ops_of(pattern): self.by_op.setdefault(op, []).append((pattern, fn, pattern.custom_early_reject, wants_ctx))
 
   def __add__(self, more: PatternMatcher) -> PatternMatcher:
     # reuses the signatures already inspected: adding matchers is cheap enough to do per call
     return PatternMatcher(self.patterns + more.patterns, self.compiled + more.compiled)
 
   def rewrite(self, uop: UOp, ctx=None) -> Optional[UOp]:
-    if (rules := self.pdict.get(uop.op)) is None: return None
-    ler = {u.op for u in uop.src}
-    for p, fxn, early_reject, has_ctx in rules:
-      if not early_reject.issubset(ler): continue
-      for match in p.match(uop, {}):
-        if (ret := (fxn(ctx=ctx, **match) if has_ctx else fxn(**match))) is not None and ret is not uop:
-          if TRACK_MATCH_STATS: _record_rewrite(p, uop, ret)
-          return ret
+    rules = self.by_op.get(uop.op)
+    if rules is None: return None
+    source_ops = {s.op for s in uop.src}
+    for pattern, fn, needs_ops, wants_ctx in rules:
+      if not needs_ops <= source_ops: continue
+      for bound in pattern.match(uop, {}):
+        out = fn(ctx=ctx, **bound) if wants_ctx else fn(**bound)
+        if out is None or out is uop: continue
+        if TRACK_MATCH_STATS and tracked_rewrites: tracked_rewrites[-1][1].append((pattern.location, uop, out))
+        return out
     return None
 
 
 # ***** rewrite tracking *****
 
 tracked_rewrites: list[tuple[str, list[tuple[tuple[str, int], UOp, UOp]]]] = []
-
-
-def _record_rewrite(p: UPat, before: UOp, after: UOp):
-  if tracked_rewrites: tracked_rewrites[-1][1].append((p.location, before, after))
 
 
 def track_rewrites(name_fxn: Optional[Callable] = None):
@@ -636,105 +632,78 @@ def track_rewrites(name_fxn: Optional[Callable] = None):
     def wrapper(*args, **kwargs):
       if not TRACK_MATCH_STATS: return func(*args, **kwargs)
       tracked_rewrites.append((func.__name__, []))
-      ret = func(*args, **kwargs)
-      if name_fxn is not None: tracked_rewrites[-1] = (name_fxn(ret), tracked_rewrites[-1][1])
-      return ret
+      out = func(*args, **kwargs)
+      if name_fxn is not None: tracked_rewrites[-1] = (name_fxn(out), tracked_rewrites[-1][1])
+      return out
     return wrapper
   return decorator
 
 
-# ***** graph rewrite *****
+# ***** graph rewrite (iterative: no recursion, whatever the depth of the graph) *****
 
-class RewriteContext:
+class _Rewriter:
+  """Applies a PatternMatcher to a graph to a fixed point; `done` remembers what every node became."""
   def __init__(self, pm: PatternMatcher, ctx=None):
     self.pm, self.ctx = pm, ctx
-    self.replace: dict[UOp, UOp] = {}
+    self.done: dict[UOp, UOp] = {}
 
-  def top_down_rewrite(self, root: UOp) -> UOp:
-    """Rewrite sources first, then the node, repeating on the result until nothing fires."""
+  def _rebuilt(self, u: UOp) -> UOp:
+    new_src = tuple(self.done[s] for s in u.src)
+    return u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg)
+
+  def sources_first(self, root: UOp) -> UOp:
+    """Rewrite the sources, then the node; whatever a rule returns is rewritten the same way."""
+    # stack entries: (node, stage, result to wait for); stage 0 = visit sources, 1 = rewrite, 2 = adopt result
     stack: list[tuple[UOp, int, Optional[UOp]]] = [(root, 0, None)]
     while stack:
-      n, stage, new_n = stack.pop()
-      if n in self.replace: continue
+      u, stage, pending = stack.pop()
+      if u in self.done: continue
       if stage == 0:
-        stack.append((n, 1, None))
-        for s in reversed(n.src):
-          if s not in self.replace: stack.append((s, 0, None))
+        stack.append((u, 1, None))
+        stack.extend((s, 0, None) for s in reversed(u.src) if s not in self.done)
       elif stage == 1:
-        new_src = tuple(self.replace[s] for s in n.src)
-        if new_src == n.src:
-          rewritten = self.pm.rewrite(n, self.ctx)
-          if rewritten is None:
-            self.replace[n] = n
-            continue
-        else: rewritten = UOp(n.op, n.dtype, new_src, n.arg)
-        if rewritten in self.replace: self.replace[n] = self.replace[rewritten]
-        else:
-          stack.append((n, 2, rewritten))
-          stack.append((rewritten, 0, None))
-      else:
-        self.replace[n] = self.replace[new_n]
-    return self.replace[root]
+        rebuilt = self._rebuilt(u)
+        result = self.pm.rewrite(u, self.ctx) if rebuilt is u else rebuilt
+        if result is None: self.done[u] = u
+        elif result in self.done: self.done[u] = self.done[result]
+        else: stack.extend(((u, 2, result), (result, 0, None)))
+      else: self.done[u] = self.done[pending]
+    return self.done[root]
 
-  def bottom_up_rewrite(self, n: UOp) -> UOp:
-    """Rewrite the node to a fixed point first, then its sources."""
-    if (rn := self.replace.get(n)) is not None: return rn
-    new_n: Optional[UOp] = n
-    last_n = n
-    while new_n is not None: last_n, new_n = new_n, self.pm.rewrite(new_n, self.ctx)
-    new_src = tuple(self.bottom_up_rewrite(x) for x in last_n.src)
-    self.replace[n] = ret = last_n if new_src == last_n.src else self.bottom_up_rewrite(UOp(last_n.op, last_n.dtype, new_src, last_n.arg))
-    return ret
+  def node_first(self, root: UOp) -> UOp:
+    """Rewrite the node to a fixed point, then its sources; a node whose sources changed is rewritten again."""
+    # stack entries: (original node, node after its own rules, whether its sources are done)
+    stack: list[tuple[UOp, Optional[UOp], bool]] = [(root, None, False)]
+    while stack:
+      u, settled, sources_done = stack.pop()
+      if u in self.done: continue
+      if settled is None:
+        settled, step = u, u
+        while (step := self.pm.rewrite(settled, self.ctx)) is not None: settled = step
+      if not sources_done:
+        stack.append((u, settled, True))
+        stack.extend((s, None, False) for s in reversed(settled.src) if s not in self.done)
+        continue
+      rebuilt = self._rebuilt(settled)
+      if rebuilt is settled: self.done[u] = settled
+      elif rebuilt in self.done: self.done[u] = self.done[rebuilt]
+      else: stack.extend(((u, settled, True), (rebuilt, None, False)))
+    return self.done[root]
 
 
 def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx=None, bottom_up: bool = False, name: str | None = None) -> UOp:
-  rewrite_ctx = RewriteContext(pm, ctx)
-  return rewrite_ctx.bottom_up_rewrite(sink) if bottom_up else rewrite_ctx.top_down_rewrite(sink)
+  rewriter = _Rewriter(pm, ctx)
+  return rewriter.node_first(sink) if bottom_up else rewriter.sources_first(sink)
 
 
 def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx=None, bottom_up: bool = False, name: str | None = None) -> dict[UOp, UOp]:
   """Rewrite the graph and return what every node of the input graph became."""
-  rewrite_ctx = RewriteContext(pm, ctx)
-  rewrite = rewrite_ctx.bottom_up_rewrite if bottom_up else rewrite_ctx.top_down_rewrite
-  return {k: rewrite(k) for k in list(sink.toposort)[::-1]}
+  rewriter = _Rewriter(pm, ctx)
+  run = rewriter.node_first if bottom_up else rewriter.sources_first
+  return {u: run(u) for u in reversed(list(sink.toposort))}
 
 
-_substitute = PatternMatcher([(UPat(tuple(Ops), name="x"), lambda ctx, x: ctx.get(x, None))])
+def _substitute_rule(ctx: dict, x: UOp) -> Optional[UOp]: return ctx.get(x)
 
 
-# ***** view rules shared by the scheduler passes *****
-
-def _merge_view_into_buffer_op(x: UOp, view: UOp) -> Optional[UOp]:
-  return x.replace(src=tuple((s.st + view.st).to_uop() if s.op is Ops.VIEW else s for s in x.src))
-
-
-merge_views = PatternMatcher([
-  # two views in a row are one view
-  (UPat(Ops.VIEW, name="vm1", src=(UPat(Ops.VIEW, name="vm2"),)), lambda vm1, vm2: vm2.replace(arg=vm2.st + vm1.st)),
-  # a view on a load, store or valid merges into the view it indexes with
-  (UPat(Ops.VIEW, name="view", src=(UPat((Ops.LOAD, Ops.STORE, Ops.VALID), name="x"),)), _merge_view_into_buffer_op),
-  # a view on an unmasked constant merges into the constant's own view
-  (UPat(Ops.VIEW, name="view", src=(UPat((Ops.CONST, Ops.DEFINE_VAR), name="x", src=(UPat(Ops.VIEW, name="cst"),)),)),
-   lambda x, cst, view: x.replace(src=(cst.replace(arg=cst.st + view.st),)) if all(v.mask is None for v in (cst.st + view.st).views) else None),
-  # a contiguous view with the shape of its source does nothing
-  (UPat(Ops.VIEW, name="view", src=(UPat(GroupOp.All - {Ops.DEVICE}, name="x"),)),
-   lambda x, view: x if x.st is not None and view.st.contiguous and x.shape == view.shape else None),
-  # movement ops are one view on the base
-  (UPat(GroupOp.Movement, src=(UPat.var("x"),), name="mop"), lambda mop, x: x.view(mop.st)),
-  # a view whose mask is empty on some axis reads nothing: zero
-  (UPat(Ops.VIEW, name="view", src=(UPat(GroupOp.All - {Ops.DEVICE}),)),
-   lambda view: view.const_like(0) if (mask := view.st.views[-1].mask) is not None and any((m[1] - m[0]) == 0 for m in mask) else None),
-])
-
-
-def _view_before_elementwise(e: UOp, vm: UOp) -> UOp:
-  return e.replace(src=tuple(s if s.st is None else s.view(vm.st) if s is s.base else s.base.view(s.st + vm.st) for s in e.src))
-
-
-# push views toward the leaves of a kernel
-view_left = merge_views + PatternMatcher([
-  # a view of a constant becomes a VALID select
-  (UPat(Ops.VIEW, name="vm", src=(UPat((Ops.CONST, Ops.DEFINE_VAR), name="x"),)), lambda vm, x: x.valid(vm.st)),
-  (UPat(Ops.VIEW, name="vm", src=(UPat({*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.ASSIGN}, name="e"),)), _view_before_elementwise),
-  (UPat(Ops.VIEW, name="vm", src=(UPat(Ops.BUFFER, name="b"),)), lambda b, vm: b.view(b.st + vm.st) if b.st + vm.st != vm.st else None),
-])
+_substitute = PatternMatcher([(UPat(tuple(Ops), name="x"), _substitute_rule)])

@@ -10,12 +10,39 @@ from __future__ import annotations
 from typing import Callable, Optional
 from scheduler.helpers import all_int, dedup, prod, SPLIT_REDUCEOP, REDUCEOP_SPLIT_THRESHOLD, REDUCEOP_SPLIT_SIZE, \
   CAST_AFTER_EXPAND
-from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher, graph_rewrite_map, identity_element, resolve, merge_views
+from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher, graph_rewrite_map, identity_element, resolve
 from scheduler.symbolic import symbolic_simple
 from scheduler.shape.shapetracker import ShapeTracker
 
 Rule = Callable[[dict, UOp], Optional[UOp]]
 
+
+# ***** S12: view rules *****
+
+def _unmasked(chain: ShapeTracker) -> bool: return all(v.mask is None for v in chain.views)
+
+
+def _view_rules(view: UOp) -> Optional[UOp]:
+  """S12: movement ops become one VIEW of their base; stacked views compose; views of unmasked constants fold
+  into the constant; a contiguous same-shape view disappears; a view of an empty mask range is zero."""
+  if view.op in GroupOp.Movement: return view.src[0].view(view.st)
+  source = view.src[0] if view.src else None
+  if source is None: return None
+  if source.op is Ops.VIEW: return source.replace(arg=source.st + view.st)
+  if source.op in (Ops.CONST, Ops.DEFINE_VAR) and source.src and source.src[0].op is Ops.VIEW:
+    own = source.src[0]
+    if _unmasked(composed := own.st + view.st): return source.replace(src=(own.replace(arg=composed),))
+  if source.op is Ops.DEVICE: return None
+  if source.st is not None and view.st.contiguous and source.shape == view.shape: return source
+  mask = view.st.views[-1].mask
+  if mask is not None and any((end - begin) == 0 for begin, end in mask): return view.const_like(0)
+  return None
+
+
+merge_views = PatternMatcher([(UPat((Ops.VIEW, *GroupOp.Movement), name="view"), _view_rules)])
+
+
+# ***** S13-S31 *****
 
 def _is_zero_const(u: UOp) -> bool: return u.op is Ops.CONST and u.arg == 0
 
