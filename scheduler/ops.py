@@ -14,16 +14,12 @@ if TYPE_CHECKING:
   from scheduler.device import Buffer
 
 
-class FastEnum(enum.IntEnum):
-  def __str__(self): return f"{type(self).__name__}.{self.name}"
-  def __repr__(self): return str(self)
-  # pickle by *name*: a capture survives members being added or reordered
+class Ops(enum.IntEnum):
+  """Every op of the IR. Captures store ops by name, so members may be added or reordered freely."""
+  def __str__(self) -> str: return f"Ops.{self.name}"
+  def __repr__(self) -> str: return f"Ops.{self.name}"
   def __reduce_ex__(self, protocol): return (_op_by_name, (self.name,))
-  @staticmethod
-  def _generate_next_value_(_, __, ___, last_values): return 1 + max([0, *last_values, *[max(c) for c in FastEnum.__subclasses__()]])
 
-
-class Ops(FastEnum):
   # graph roots and kernels
   SINK = enum.auto(); KERNEL = enum.auto(); NAME = enum.auto()
   # buffers and devices
@@ -54,35 +50,35 @@ class Ops(FastEnum):
 def _op_by_name(name: str) -> Ops: return Ops[name]
 
 
+def _ops(names: str) -> frozenset[Ops]: return frozenset(Ops[name] for name in names.split())
+
+
 class GroupOp:
-  Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG}
-  Binary = {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MAX, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.XOR, Ops.SHL, Ops.SHR, Ops.OR, Ops.AND,
-            Ops.THREEFRY, Ops.SUB, Ops.FDIV, Ops.POW}
-  Ternary = {Ops.WHERE, Ops.MULACC}
-  ALU = set.union(Unary, Binary, Ternary)
-  Irreducible = {Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE}
-  Movement = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP}
-  Buffer = {Ops.LOAD, Ops.PRELOAD, Ops.STORE, Ops.VALID}
-  Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.XOR, Ops.AND, Ops.OR}
-  Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
-  Idempotent = {Ops.OR, Ops.AND, Ops.MAX}
-  Comparison = {Ops.CMPLT, Ops.CMPNE}
+  """Named sets of ops that rules and passes test membership in."""
+  Unary = _ops("EXP2 LOG2 SIN SQRT RECIP NEG")
+  Binary = _ops("ADD MUL IDIV MAX MOD CMPLT CMPNE XOR SHL SHR OR AND THREEFRY SUB FDIV POW")
+  Ternary = _ops("WHERE MULACC")
+  ALU = Unary | Binary | Ternary
+  Irreducible = _ops("CONST DEFINE_VAR SPECIAL RANGE")
+  Movement = _ops("RESHAPE EXPAND PERMUTE PAD SHRINK FLIP")
+  Buffer = _ops("LOAD PRELOAD STORE VALID")
+  Commutative = _ops("ADD MUL MAX CMPNE XOR AND OR")
+  Associative = _ops("ADD MUL AND OR MAX")
+  Idempotent = _ops("OR AND MAX")
+  Comparison = _ops("CMPLT CMPNE")
   # these ops turn a padded zero into something that is not zero, so a pad cannot move past them
-  UnsafePad = {Ops.RECIP, Ops.LOG2, Ops.EXP2, Ops.IDIV, Ops.POW}
-  Meta = {Ops.COPY, Ops.EMPTY, Ops.BUFFER_VIEW}
-  All = set(Ops)
+  UnsafePad = _ops("RECIP LOG2 EXP2 IDIV POW")
+  Meta = _ops("COPY EMPTY BUFFER_VIEW")
+  All = frozenset(Ops)
 
 
 def identity_element(op: Ops, dt: DType) -> ConstType:
-  return dtypes.as_const({Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(dt)}[op], dt)
-
-
-def can_pad(u: UOp, edges: dict[UOp, None], cache: dict[UOp, None]) -> bool:
-  """True when padding the output of `u` with zeros equals padding its inputs (no unsafe op in between)."""
-  if u.op in GroupOp.UnsafePad: return False
-  if u in edges or u in cache: return True
-  cache[u] = None
-  return all(can_pad(x.base, edges, cache) for x in u.src)
+  """The value a reduce with `op` starts from: 0 for ADD, 1 for MUL, the dtype's minimum for MAX."""
+  if op is Ops.ADD: start = 0
+  elif op is Ops.MUL: start = 1
+  elif op is Ops.MAX: start = dtypes.min(dt)
+  else: raise ValueError(f"{op} is not a reduce op")
+  return dtypes.as_const(start, dt)
 
 
 # ***** symbolic ints *****
@@ -98,26 +94,45 @@ def resolve(x, default: bool = True) -> bool:
   return bool(lo) if lo == hi else default
 
 
-def smax(*lst):
-  lst = lst[0] if len(lst) == 1 and isinstance(lst[0], (tuple, list)) else lst
-  return max(lst, key=lambda x: x if isinstance(x, int) else x.vmax)
-def smin(*lst):
-  lst = lst[0] if len(lst) == 1 and isinstance(lst[0], (tuple, list)) else lst
-  return min(lst, key=lambda x: x if isinstance(x, int) else x.vmin)
+def _values(args: tuple) -> tuple:
+  return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
+
+def smax(*args):
+  """The largest of ints and symbolic values (a symbolic value counts as its upper bound)."""
+  return max(_values(args), key=lambda v: v.vmax if isinstance(v, UOp) else v)
+
+
+def smin(*args):
+  """The smallest of ints and symbolic values (a symbolic value counts as its lower bound)."""
+  return min(_values(args), key=lambda v: v.vmin if isinstance(v, UOp) else v)
+
+
 def ssimplify(x): return x.ssimplify() if isinstance(x, UOp) else x
-def sym_infer(x, var_vals: dict[UOp, int]) -> int: return x.substitute({k: k.const_like(v) for k, v in var_vals.items()}).ssimplify() \
-  if isinstance(x, UOp) else x
+
+
+def sym_infer(x, var_vals: dict[UOp, int]) -> int:
+  """The value of a symbolic int once its variables take `var_vals`."""
+  if not isinstance(x, UOp): return x
+  return x.substitute({var: var.const_like(value) for var, value in var_vals.items()}).ssimplify()
+
+
 def sint_to_uop(x, dtype=dtypes.int32) -> UOp: return UOp.const(dtype, x) if isinstance(x, int) else x
 
 
 # ***** the UOp *****
 
 class UOpMetaClass(type):
+  """Hash-consing: building a UOp that exists already returns the existing object."""
   ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
-  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = tuple(), arg: Any = None, _buffer: Optional[Buffer] = None):
-    key = (op, dtype, src, arg, type(arg))
-    if (wret := UOpMetaClass.ucache.get(key, None)) is not None and (ret := wret()) is not None: return ret
+
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, _buffer: Optional[Buffer] = None):
+    identity = (op, dtype, src, arg, type(arg))
+    existing_ref = UOpMetaClass.ucache.get(identity)
+    existing = existing_ref() if existing_ref is not None else None
+    if existing is not None: return existing
     created = super().__call__(op, dtype, src, arg)
+    key = identity
     # the callback forgets the cache entry when the UOp dies (a plain weakref callback is cheaper than weakref.finalize)
     UOpMetaClass.ucache[key] = weakref.ref(created, functools.partial(_drop_from_cache, UOpMetaClass.ucache, key))
     if _buffer is not None: buffers[created] = _buffer
@@ -143,49 +158,55 @@ def _next_buffer_num() -> int:
 
 
 class MathMixin:
+  """Python operators on UOps, UPats and Tensors, each building an ALU op through `alu` and `ufix`."""
   __slots__ = ()
-  """Python operators on UOps (and Tensors) that build ALU ops."""
-  def _binop(self, op, x, reverse): return self.ufix(x).alu(op, self) if reverse else self.alu(op, self.ufix(x))
+
+  def _binop(self, op: Ops, other, reverse: bool):
+    return self.ufix(other).alu(op, self) if reverse else self.alu(op, self.ufix(other))
+
   def __neg__(self): return self.neg()
-  def __add__(self, x): return self._binop(Ops.ADD, x, False)
-  def __radd__(self, x): return self._binop(Ops.ADD, x, True)
-  def __sub__(self, x): return self.alu(Ops.ADD, self.ufix(-x) if not isinstance(x, MathMixin) else -x)
+  def __sub__(self, x): return self.alu(Ops.ADD, -x if isinstance(x, MathMixin) else self.ufix(-x))
   def __rsub__(self, x): return self.ufix(x).alu(Ops.ADD, -self)
-  def __mul__(self, x): return self._binop(Ops.MUL, x, False)
-  def __rmul__(self, x): return self._binop(Ops.MUL, x, True)
-  def __floordiv__(self, x): return self._binop(Ops.IDIV, x, False)
-  def __rfloordiv__(self, x): return self._binop(Ops.IDIV, x, True)
-  def __mod__(self, x): return self._binop(Ops.MOD, x, False)
-  def __rmod__(self, x): return self._binop(Ops.MOD, x, True)
   def __truediv__(self, x): return self._binop(Ops.MUL, self.ufix(x).reciprocal(), False)
-  def __and__(self, x): return self._binop(Ops.AND, x, False)
-  def __or__(self, x): return self._binop(Ops.OR, x, False)
-  def __xor__(self, x): return self._binop(Ops.XOR, x, False)
-  def __lshift__(self, x): return self._binop(Ops.SHL, x, False)
-  def __rshift__(self, x): return self._binop(Ops.SHR, x, False)
-  def __lt__(self, x): return self._binop(Ops.CMPLT, x, False)
   def __gt__(self, x): return self.ufix(x)._binop(Ops.CMPLT, self, False)
   def __ge__(self, x): return (self < x).logical_not()
   def __le__(self, x): return (self > x).logical_not()
   def ne(self, x): return self._binop(Ops.CMPNE, x, False)
   def eq(self, x): return self.ne(x).logical_not()
   def logical_not(self): return self.ne(True)
-  def neg(self):
-    dtype = getattr(self, "dtype", None)
-    if dtype is None: raise TypeError(f"MathMixin with no dtype {self}")
-    return self.logical_not() if dtype.scalar == dtypes.bool else self * (-1)
   def maximum(self, x): return self._binop(Ops.MAX, x, False)
   def minimum(self, x): return -(-self).maximum(-x)
+
+  def neg(self):
+    dtype = getattr(self, "dtype", None)
+    if dtype is None: raise TypeError(f"cannot negate {self!r}: it has no dtype")
+    return self.logical_not() if dtype.scalar == dtypes.bool else self * (-1)
+
   def where(self, x, y):
     if isinstance(x, UOp): y = x.ufix(y)
     elif isinstance(y, UOp): x = y.ufix(x)
     else: x, y = UOp.const(dtypes.from_py(x), x), UOp.const(dtypes.from_py(y), y)
     return self.alu(Ops.WHERE, x, y)
+
   def reciprocal(self): return self.alu(Ops.RECIP)
   def sqrt(self): return self.alu(Ops.SQRT)
   def sin(self): return self.alu(Ops.SIN)
   def log2(self): return self.alu(Ops.LOG2)
   def exp2(self): return self.alu(Ops.EXP2)
+
+
+# dunder name -> (op, operands swapped); installed on MathMixin below
+_OPERATORS = {"add": Ops.ADD, "mul": Ops.MUL, "floordiv": Ops.IDIV, "mod": Ops.MOD}
+_ONE_SIDED = {"and": Ops.AND, "or": Ops.OR, "xor": Ops.XOR, "lshift": Ops.SHL, "rshift": Ops.SHR, "lt": Ops.CMPLT}
+
+
+def _operator(op: Ops, reverse: bool):
+  def apply(self, other): return self._binop(op, other, reverse)
+  return apply
+
+
+for _name, _op in {**_OPERATORS, **_ONE_SIDED}.items(): setattr(MathMixin, f"__{_name}__", _operator(_op, False))
+for _name, _op in _OPERATORS.items(): setattr(MathMixin, f"__r{_name}__", _operator(_op, True))
 
 
 class UOp(MathMixin, metaclass=UOpMetaClass):
@@ -200,11 +221,14 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
       args.append(buffers[self])
     return _uop_from_name, tuple(args)
 
-  def replace(self, **kwargs) -> UOp:
-    new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src), kwargs.pop("arg", self.arg))
-    if kwargs: raise TypeError(f"replace got unknown fields {list(kwargs)}")
-    if (self.op, self.dtype, self.src, self.arg) == new: return self
-    return UOp(*new)
+  def replace(self, **changes) -> UOp:
+    """This UOp with some of op, dtype, src, arg changed (itself when nothing changes)."""
+    unknown = set(changes) - {"op", "dtype", "src", "arg"}
+    if unknown: raise TypeError(f"replace got unknown fields {sorted(unknown)}")
+    fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg, **changes}
+    if all(fields[k] is getattr(self, k) or fields[k] == getattr(self, k) for k in ("op", "dtype", "src")) and \
+       type(fields["arg"]) is type(self.arg) and fields["arg"] == self.arg: return self
+    return UOp(fields["op"], fields["dtype"], fields["src"], fields["arg"])
 
   @functools.cached_property
   def key(self) -> bytes:
