@@ -164,18 +164,20 @@ class MathMixin:
   def _binop(self, op: Ops, other, reverse: bool):
     return self.ufix(other).alu(op, self) if reverse else self.alu(op, self.ufix(other))
 
+  # derived operators: subtraction adds the negation, division multiplies by the reciprocal,
+  # comparisons are CMPLT/CMPNE with swapped operands or a logical not
   def __neg__(self): return self.neg()
-  def __sub__(self, x): return self.alu(Ops.ADD, -x if isinstance(x, MathMixin) else self.ufix(-x))
-  def __rsub__(self, x): return self.ufix(x).alu(Ops.ADD, -self)
-  def __truediv__(self, x): return self._binop(Ops.MUL, self.ufix(x).reciprocal(), False)
-  def __gt__(self, x): return self.ufix(x)._binop(Ops.CMPLT, self, False)
+  def __sub__(self, x): return self + (-x if isinstance(x, MathMixin) else self.ufix(-x))
+  def __rsub__(self, x): return self.ufix(x) + (-self)
+  def __truediv__(self, x): return self * self.ufix(x).reciprocal()
+  def __gt__(self, x): return self.ufix(x) < self
   def __ge__(self, x): return (self < x).logical_not()
   def __le__(self, x): return (self > x).logical_not()
-  def ne(self, x): return self._binop(Ops.CMPNE, x, False)
-  def eq(self, x): return self.ne(x).logical_not()
   def logical_not(self): return self.ne(True)
-  def maximum(self, x): return self._binop(Ops.MAX, x, False)
-  def minimum(self, x): return -(-self).maximum(-x)
+  def ne(self, x): return self.alu(Ops.CMPNE, self.ufix(x))
+  def eq(self, x): return self.ne(x).logical_not()
+  def maximum(self, x): return self.alu(Ops.MAX, self.ufix(x))
+  def minimum(self, x): return -((-self).maximum(-x))
 
   def neg(self):
     dtype = getattr(self, "dtype", None)
@@ -207,6 +209,9 @@ def _operator(op: Ops, reverse: bool):
 
 for _name, _op in {**_OPERATORS, **_ONE_SIDED}.items(): setattr(MathMixin, f"__{_name}__", _operator(_op, False))
 for _name, _op in _OPERATORS.items(): setattr(MathMixin, f"__r{_name}__", _operator(_op, True))
+
+
+_SHAPELESS = frozenset({Ops.DEVICE, Ops.DEFINE_GLOBAL, Ops.KERNEL, Ops.SINK, Ops.RANGE, Ops.UNIQUE})
 
 
 class UOp(MathMixin, metaclass=UOpMetaClass):
@@ -264,22 +269,24 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   @functools.cached_property
   def st(self) -> Optional[ShapeTracker]:
+    """The view chain of this node: its own for VIEW, movement ops and constants, else contiguous of its shape."""
     from scheduler.shape.shapetracker import ShapeTracker
-    if self.op is Ops.VIEW: return self.arg
-    if self.op is Ops.BUFFER: return ShapeTracker.from_shape((self.arg[1],))
-    if self.op is Ops.BUFFER_VIEW: return ShapeTracker.from_shape((self.arg[0],))
-    if self.op in GroupOp.Movement: return unwrap(self.src[0].st).mop(self.op, self.arg)
-    if self.op in {Ops.CONST, Ops.DEFINE_VAR}: return self.src[0].st if self.src else None
-    if self.op in {Ops.DEVICE, Ops.DEFINE_GLOBAL, Ops.KERNEL, Ops.SINK, Ops.RANGE, Ops.UNIQUE}: return None
-    src_sts = [x.st for x in self.src if x.st is not None]
-    if not src_sts: return None
-    shapes = [x.shape for x in src_sts]
-    if not all_same(shapes): raise ValueError(f"{self.op} has sources of different shapes {shapes}")
-    shape = src_sts[0].shape
-    if self.op is Ops.REDUCE_AXIS: shape = tuple(1 if i in self.arg[1] else s for i, s in enumerate(shape))
-    if self.op is Ops.BITCAST and shape and self.dtype.itemsize != self.src[0].dtype.itemsize:
-      shape = shape[:-1] + ((shape[-1] * self.src[0].dtype.itemsize) // self.dtype.itemsize,)
-    return ShapeTracker.from_shape(shape)
+    op = self.op
+    if op is Ops.VIEW: return self.arg
+    if op in GroupOp.Movement: return unwrap(self.src[0].st).mop(op, self.arg)
+    if op in (Ops.BUFFER, Ops.BUFFER_VIEW): return ShapeTracker.from_shape((self.arg[1] if op is Ops.BUFFER else self.arg[0],))
+    if op in (Ops.CONST, Ops.DEFINE_VAR): return self.src[0].st if self.src else None
+    if op in _SHAPELESS: return None
+    shaped = [chain.shape for chain in (s.st for s in self.src) if chain is not None]
+    if not shaped: return None
+    if any(shape != shaped[0] for shape in shaped[1:]): raise ValueError(f"{op} has sources of different shapes {shaped}")
+    return ShapeTracker.from_shape(self._output_shape(shaped[0]))
+
+  def _output_shape(self, shape: tuple) -> tuple:
+    if self.op is Ops.REDUCE_AXIS: return tuple(1 if axis in self.arg[1] else extent for axis, extent in enumerate(shape))
+    old_size, new_size = self.src[0].dtype.itemsize, self.dtype.itemsize
+    if self.op is Ops.BITCAST and shape and old_size != new_size: return (*shape[:-1], shape[-1] * old_size // new_size)
+    return shape
 
   @property
   def shape(self) -> tuple:
@@ -332,16 +339,22 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   @property
   def realized(self) -> Optional[Buffer]:
-    return buf if self.op is Ops.BUFFER and (buf := buffers.get(self)) is not None and buf.is_allocated() else None
+    """The allocated Buffer of a BUFFER node, else None."""
+    if self.op is not Ops.BUFFER: return None
+    memory = buffers.get(self)
+    return memory if memory is not None and memory.is_allocated() else None
 
   @property
   def is_realized(self) -> bool:
-    return all(x.base.realized is not None for x in self.base.src) if self.base.op is Ops.MULACC else self.base.realized is not None
+    base = self.base
+    if base.op is Ops.MULACC: return all(s.base.realized is not None for s in base.src)
+    return base.realized is not None
 
   # ***** builders *****
 
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType) -> UOp:
+    """A BUFFER node with a fresh number: two new buffers are never the same node."""
     return UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (_next_buffer_num(), size))
 
   @staticmethod
@@ -378,19 +391,22 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     raise ValueError(f"unknown metaop {op}")
 
   def alu(self, op: Ops, *src: UOp) -> UOp:
-    out_dtype = (self, *src)[-1].dtype
-    if op in GroupOp.Comparison: out_dtype = dtypes.bool.vec(out_dtype.count) if out_dtype.count > 1 else dtypes.bool
-    return UOp(op, out_dtype, (self,) + src)
+    """An ALU op over self and src; the result has the last operand's dtype (bool for comparisons)."""
+    last = src[-1].dtype if src else self.dtype
+    if op in GroupOp.Comparison: last = dtypes.bool if last.count == 1 else dtypes.bool.vec(last.count)
+    return UOp(op, last, (self, *src))
 
-  def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+  def _wrapped(self, op: Ops, arg=None) -> UOp: return UOp(op, self.dtype, (self,), arg)
+  def cast(self, dtype: DType) -> UOp: return UOp(Ops.CAST, dtype, (self,)) if dtype != self.dtype else self
   def bitcast(self, dtype: DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))
   def r(self, op: Ops, axis: tuple[int, ...]) -> UOp:
-    axis = tuple(sorted(x for x in axis if resolve(self.shape[x] != 1)))
-    return self if len(axis) == 0 else UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axis))
+    """Reduce over `axis`; axes of extent 1 are dropped, and with none left this is a no-op."""
+    reduced = tuple(sorted(a for a in axis if resolve(self.shape[a] != 1)))
+    return self._wrapped(Ops.REDUCE_AXIS, (op, reduced)) if reduced else self
   def threefry(self, seed: UOp) -> UOp: return UOp(Ops.THREEFRY, dtypes.uint64, (self, seed))
-  def contiguous(self) -> UOp: return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
-  def contiguous_backward(self) -> UOp: return UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self,))
-  def detach(self) -> UOp: return UOp(Ops.DETACH, self.dtype, (self,))
+  def contiguous(self) -> UOp: return self._wrapped(Ops.CONTIGUOUS)
+  def contiguous_backward(self) -> UOp: return self._wrapped(Ops.CONTIGUOUS_BACKWARD)
+  def detach(self) -> UOp: return self._wrapped(Ops.DETACH)
   def assign(self, x: UOp) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x))
   def copy_to_device(self, device: str, clone: bool = False) -> UOp: return UOp(Ops.COPY, self.dtype, (UOp(Ops.DEVICE, arg=device), self), clone)
   def clone(self) -> UOp: return self.copy_to_device(self.device, clone=True)
@@ -435,9 +451,11 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
 
   def unbind(self) -> tuple[UOp, int]:
-    if self.op is not Ops.BIND or self.src[0].op is not Ops.DEFINE_VAR or self.src[1].op is not Ops.CONST:
-      raise ValueError(f"can't unbind {self}")
-    return self.src[0], self.src[1].arg
+    """(variable, value) of a BIND."""
+    if self.op is Ops.BIND:
+      var, value = self.src
+      if var.op is Ops.DEFINE_VAR and value.op is Ops.CONST: return var, value.arg
+    raise ValueError(f"can't unbind {self}")
 
   @property
   def val(self) -> int: return self.unbind()[1]
@@ -557,8 +575,8 @@ class UPat(MathMixin):
   def assign(target: UPat, value: UPat, name: str | None = None) -> UPat: return UPat(Ops.ASSIGN, src=(target, value), name=name)
 
   # builders, so that patterns read like the graphs they match
-  def view(self, st=None, **kwargs) -> UPat: return UPat(Ops.VIEW, src=(self,), arg=st, **kwargs)
   def cast(self, dtype=None) -> UPat: return UPat(Ops.CAST, dtype, (self,))
+  def view(self, st=None, **kwargs) -> UPat: return UPat(Ops.VIEW, src=(self,), arg=st, **kwargs)
   def alu(self, op: Ops, *src: UPat) -> UPat:
     operands = (self, *src)
     return UPat(op, dtypes.bool if op in GroupOp.Comparison else None, list(operands) if op in GroupOp.Commutative else operands)
