@@ -170,14 +170,14 @@ class MathMixin:
   def __sub__(self, x): return self + (-x if isinstance(x, MathMixin) else self.ufix(-x))
   def __rsub__(self, x): return self.ufix(x) + (-self)
   def __truediv__(self, x): return self * self.ufix(x).reciprocal()
-  def __gt__(self, x): return self.ufix(x) < self
-  def __ge__(self, x): return (self < x).logical_not()
-  def __le__(self, x): return (self > x).logical_not()
-  def logical_not(self): return self.ne(True)
-  def ne(self, x): return self.alu(Ops.CMPNE, self.ufix(x))
-  def eq(self, x): return self.ne(x).logical_not()
   def maximum(self, x): return self.alu(Ops.MAX, self.ufix(x))
   def minimum(self, x): return -((-self).maximum(-x))
+  def ne(self, x): return self.alu(Ops.CMPNE, self.ufix(x))
+  def logical_not(self): return self.ne(True)
+  def eq(self, x): return self.ne(x).logical_not()
+  def __gt__(self, x): return self.ufix(x) < self
+  def __le__(self, x): return (self > x).logical_not()
+  def __ge__(self, x): return (self < x).logical_not()
 
   def neg(self):
     dtype = getattr(self, "dtype", None)
@@ -410,14 +410,6 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
   def assign(self, x: UOp) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x))
   def copy_to_device(self, device: str, clone: bool = False) -> UOp: return UOp(Ops.COPY, self.dtype, (UOp(Ops.DEVICE, arg=device), self), clone)
   def clone(self) -> UOp: return self.copy_to_device(self.device, clone=True)
-  def valid(self, st: ShapeTracker) -> UOp:
-    return UOp(Ops.VALID, dtypes.bool, (st.to_uop(),)).where(self.replace(src=()), self.replace(src=()).const_like(0))
-  @staticmethod
-  def load(*src: UOp, dtype: DType) -> UOp: return UOp(Ops.LOAD, dtype, src)
-  @staticmethod
-  def store(*src: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, src)
-  def index(self, idx: UOp, valid: Optional[UOp] = None) -> UOp:
-    return UOp(Ops.INDEX, self.dtype, (self, idx, valid) if valid is not None else (self, idx))
 
   # ***** views and movement ops (all movement ops become one VIEW on the base) *****
 
