@@ -14,7 +14,7 @@ from scheduler.dtype import dtypes
 from scheduler.helpers import prod
 from scheduler.ops import UOp, Ops, GroupOp
 from scheduler.shape.shapetracker import ShapeTracker
-from scheduler.shape.view import View
+from scheduler.shape.view import View, strides_for_shape
 from scheduler.sched_kernels import Kernel, ScheduleError, buffer_of
 
 SELF_OPERAND_ERROR = ("self operand of augmented assign must be contiguous.\nhelp: consider using .contiguous():\n"
@@ -34,18 +34,10 @@ def _trailing_ones(shape: tuple) -> int:
   return count
 
 
-def _strides_for(shape: tuple) -> tuple:
-  strides, running = [], 1
-  for extent in reversed(shape):
-    strides.append(running if extent != 1 else 0)
-    running = running * extent
-  return tuple(reversed(strides))
-
-
 def _extend_with_axes(chain: ShapeTracker, extents: tuple) -> ShapeTracker:
   """S65 step 2: every view gains `extents` as trailing axes, laid out row-major inside each old element."""
   block = prod(extents)
-  inner_strides = _strides_for(extents)
+  inner_strides = strides_for_shape(extents)
   views = []
   for v in chain.views:
     mask = None if v.mask is None else v.mask + tuple((0, e) for e in extents)
