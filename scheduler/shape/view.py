@@ -1,75 +1,98 @@
 """One strided, optionally masked and offset view of a flat buffer: the unit the ShapeTracker stacks.
 
-Sits under `shapetracker.py`. Every movement op (reshape, permute, expand, pad, shrink, flip) maps a
-View to a View, or says (by returning None) that a reshape needs a second view.
+Sits under `shapetracker.py`. A View maps an index (i0, i1, ...) of `shape` to the buffer position
+`offset + sum(i_k * strides[k])`, valid where every i_k lies in `mask[k] = (begin, end)`. Every movement
+op maps a View to a View, except a reshape that one view cannot express (it returns None and the
+tracker stacks a second view). `View.create` keeps views canonical so that equal views compare equal.
 """
 from __future__ import annotations
-import functools, itertools
+import functools
 from dataclasses import dataclass
 from typing import Optional
 from scheduler.dtype import dtypes
-from scheduler.helpers import prod, all_int, argsort, flatten, ceildiv
+from scheduler.helpers import prod, all_int, flatten, ceildiv
 from scheduler.ops import UOp, Ops, resolve, smax, smin, sint_to_uop, sym_infer
 
 
-@functools.cache
-def canonicalize_strides(shape: tuple, strides: tuple) -> tuple:
-  return tuple(0 if s == 1 else st for s, st in zip(shape, strides))
+def _is_one(extent) -> bool: return isinstance(extent, int) and extent == 1
 
 
 @functools.cache
 def strides_for_shape(shape: tuple) -> tuple:
-  if not shape: return ()
-  strides = [1]
-  for d in reversed(shape[1:]): strides.append(d * strides[-1])
-  return canonicalize_strides(shape, tuple(reversed(strides)))
+  """Row-major strides of `shape`, 0 on axes of extent 1 (they never move)."""
+  strides, step = [], 1
+  for extent in reversed(shape):
+    strides.append(0 if _is_one(extent) else step)
+    step = step * extent
+  return tuple(reversed(strides))
 
 
-def merge_dims(shape: tuple, strides: tuple, mask: Optional[tuple] = None) -> tuple[tuple[int, int, int], ...]:
-  """Group axes that are contiguous with each other (or broadcast): (merged size, stride, size before expansion)."""
-  if not shape: return ()
-  ret = [(shape[0], strides[0], shape[0] if strides[0] != 0 else 0)]
-  merging = (mask[0][1] - mask[0][0] == 1) if mask is not None else shape[0] == 1
-  for i, (s, st) in enumerate(zip(shape[1:], strides[1:]), start=1):
-    last_size, last_stride, last_real = ret[-1]
-    if s == 1: continue
-    if merging or last_stride == s * st: ret[-1] = (last_size * s, st, (s if merging else last_real * s) if st != 0 else 0)
-    else: ret.append((s, st, s if st != 0 else 0))
-    merging = (mask[i][1] - mask[i][0] == 1) if mask is not None else s == 1
-  return tuple(ret)
+def unravel(shape: tuple, position) -> list:
+  """The row-major index of flat `position` in `shape`."""
+  index = []
+  for extent in reversed(shape):
+    index.append(position % extent)
+    position = position // extent
+  return index[::-1]
 
 
-def _reshape_mask(mask: Optional[tuple], old_shape: tuple, new_shape: tuple) -> Optional[tuple]:
-  """The mask in the new shape, or None when the reshape would cut a masked region in a way one view cannot express."""
-  if mask is None: return tuple((0, s) for s in new_shape)
-  if not all_int(flatten(mask)): return None
-  new_mask: list[tuple[int, int]] = []
-  r_masks, r_shape, r_new_shape = reversed(mask), reversed(old_shape), reversed(new_shape)
-  curr_stride, old_dim, new_dim, cur = 1, next(r_shape, 1), next(r_new_shape, 1), next(r_masks, (0, 1))
-  while len(new_mask) < len(new_shape):
-    (lo, hi), next_stride = cur, new_dim * curr_stride
-    if old_dim == next_stride:
-      new_mask.append((lo // curr_stride, (hi - 1) // curr_stride + 1))
-      curr_stride, old_dim, new_dim, cur = 1, next(r_shape, 1), next(r_new_shape, 1), next(r_masks, (0, 1))
-    elif old_dim > next_stride:
-      if old_dim % next_stride != 0: return None
-      if (lo % next_stride != 0 or hi % next_stride != 0) and lo // next_stride != (hi - 1) // next_stride: return None
-      new_mask.append((lo % next_stride // curr_stride, (hi - 1) % next_stride // curr_stride + 1))
-      curr_stride, new_dim = next_stride, next(r_new_shape, 1)
-    else:
-      next_mask = next(r_masks, (0, 1))
-      if cur != (0, old_dim) and lo != hi and next_mask[1] - next_mask[0] != 1: return None
-      cur, old_dim = (next_mask[0] * old_dim + lo, (next_mask[1] - 1) * old_dim + hi), old_dim * next(r_shape, 1)
-  return tuple(reversed(new_mask))
+@dataclass(frozen=True)
+class _Run:
+  """Consecutive axes that walk memory as one axis: `size` elements `stride` apart, valid in [lo, hi)."""
+  size: int
+  stride: int
+  lo: int
+  hi: int
 
 
-def unravel(shape: tuple, offset) -> list:
-  """Split a flat offset into per-axis indices of `shape` (row-major)."""
-  idxs = []
-  for s in reversed(shape):
-    idxs.append(offset % s)
-    offset //= s
-  return idxs[::-1]
+def _runs(shape: tuple, strides: tuple, mask: tuple) -> list[_Run]:
+  """Group the axes of an integer view into runs (axes of extent 1 are skipped). Axes join a run when they
+  continue its stride and their valid ranges combine into one range."""
+  runs: list[_Run] = []
+  for extent, stride, (lo, hi) in zip(shape, strides, mask):
+    if extent == 1: continue
+    if runs and runs[-1].stride == stride * extent:
+      outer = runs[-1]
+      if (lo, hi) == (0, extent): combined = (outer.lo * extent, outer.hi * extent)
+      elif outer.hi - outer.lo == 1: combined = (outer.lo * extent + lo, outer.lo * extent + hi)
+      else: combined = None
+      if combined is not None:
+        runs[-1] = _Run(outer.size * extent, stride, *combined)
+        continue
+    runs.append(_Run(extent, stride, lo, hi))
+  return runs
+
+
+def _split_run(run: _Run, dims: list) -> Optional[tuple[list, list]]:
+  """Strides and valid ranges of `dims` (row-major, product run.size) laid over `run`, or None when the run's
+  valid range is not a product of ranges of `dims`."""
+  strides, masks = [], []
+  step, lo, hi = run.stride, run.lo, run.hi
+  for extent in reversed(dims):
+    strides.append(step)
+    step = step * extent
+    if lo % extent == 0 and hi % extent == 0: masks.append((0, extent)); lo, hi = lo // extent, hi // extent
+    elif lo // extent == (hi - 1) // extent: masks.append((lo % extent, (hi - 1) % extent + 1)); lo, hi = lo // extent, lo // extent + 1
+    else: return None
+  return strides[::-1], masks[::-1]
+
+
+def _fold_mask(shape: tuple, strides: tuple, offset, mask: tuple) -> tuple:
+  """(strides, offset, mask) with the mask canonical: None if it keeps all, all-(0, 0) if it keeps nothing,
+  and each axis that keeps one element read at a fixed position (stride 0, its position in the offset)."""
+  if all(valid == (0, extent) for extent, valid in zip(shape, mask)): return strides, offset, None
+  if any(resolve(end <= begin, False) for begin, end in mask): return tuple(0 for _ in shape), 0, tuple((0, 0) for _ in shape)
+  folded = list(strides)
+  for axis, (begin, end) in enumerate(mask):
+    if resolve(begin + 1 < end): continue
+    offset, folded[axis] = offset + strides[axis] * begin, 0
+  return tuple(folded), offset, mask
+
+
+def _check_reshape(old: tuple, new: tuple) -> None:
+  bad = [s for s in new if not isinstance(s, UOp) and not (isinstance(s, int) and s >= 0)]
+  if bad: raise ValueError(f"shape must be non-negative ints or variables, got {new}")
+  if all_int(old) and all_int(new) and prod(old) != prod(new): raise ValueError(f"size mismatched, can't reshape {old} -> {new}")
 
 
 @dataclass(frozen=True)
@@ -87,183 +110,203 @@ class View:
   @staticmethod
   @functools.cache
   def create(shape: tuple, strides: Optional[tuple] = None, offset=0, mask: Optional[tuple] = None) -> View:
-    if not all(s >= 0 for s in shape if isinstance(s, int)): raise ValueError(f"shape can't contain negative numbers {shape}")
-    strides = canonicalize_strides(shape, strides) if strides else strides_for_shape(shape)
-    if 0 in shape: return View(shape, (0,) * len(shape), 0, None, True)
-    if mask is not None:
-      if all(m == (0, s) for m, s in zip(mask, shape)): mask = None
-      elif any(resolve(b >= e, False) for b, e in mask): strides, offset, mask = (0,) * len(shape), 0, ((0, 0),) * len(shape)
-      elif any(elim := [not resolve(b + 1 < e) for b, e in mask]):
-        # an axis whose mask keeps one element reads one fixed position: fold it into the offset
-        offset += sum(strides[i] * mask[i][0] for i, e in enumerate(elim) if e)
-        strides = tuple(0 if e else st for st, e in zip(strides, elim))
+    """The canonical view: strides 0 on extent-1 axes, no mask when it covers everything, an empty mask when it
+    covers nothing, and axes whose mask keeps one element folded into the offset."""
+    if any(isinstance(extent, int) and extent < 0 for extent in shape): raise ValueError(f"shape can't contain negative numbers {shape}")
+    shape = tuple(extent.ssimplify() if isinstance(extent, UOp) else extent for extent in shape)
+    if 0 in shape: return View(shape, tuple(0 for _ in shape), 0, None, True)
+    strides = tuple(0 if _is_one(extent) else stride for extent, stride in zip(shape, strides)) if strides else strides_for_shape(shape)
+    if mask is not None: strides, offset, mask = _fold_mask(shape, strides, offset, mask)
     if isinstance(offset, UOp): offset = offset.ssimplify()
-    shape = tuple(s.ssimplify() if isinstance(s, UOp) else s for s in shape)
-    contiguous = offset == 0 and mask is None and strides == strides_for_shape(shape)
-    return View(shape, tuple(strides), offset, mask, contiguous)
+    is_contiguous = mask is None and offset == 0 and strides == strides_for_shape(shape)
+    return View(shape, strides, offset, mask, is_contiguous)
 
   def size(self) -> int:
-    ret = prod(self.shape)
-    return ret.ssimplify() if isinstance(ret, UOp) else ret
+    total = prod(self.shape)
+    return total.ssimplify() if isinstance(total, UOp) else total
 
   def vars(self) -> set[UOp]:
     found: set[UOp] = set()
-    for x in (*self.shape, *self.strides, self.offset, *(flatten(self.mask) if self.mask is not None else ())):
-      if isinstance(x, UOp): found |= x.vars()
+    for value in (*self.shape, *self.strides, self.offset, *(flatten(self.mask) if self.mask is not None else ())):
+      if isinstance(value, UOp): found |= value.vars()
     return found
 
   def unbind(self) -> tuple[View, dict[UOp, int]]:
-    var_unboundvar_val = [(v, v.unbind()) for v in self.vars() if v.op is Ops.BIND]
-    unbound = {v: uv for v, (uv, _) in var_unboundvar_val}
-    def sub(x): return x.substitute(unbound) if isinstance(x, UOp) else x
-    new_mask = tuple((sub(a), sub(b)) for a, b in self.mask) if self.mask is not None else None
-    return View.create(tuple(sub(s) for s in self.shape), tuple(sub(s) for s in self.strides), sub(self.offset), new_mask), \
-      dict(x[1] for x in var_unboundvar_val)
+    """The view with bound variables replaced by bare ones, and the values they were bound to."""
+    bindings = {v: v.unbind() for v in self.vars() if v.op is Ops.BIND}
+    bare = {v: var for v, (var, _) in bindings.items()}
+    def strip(x): return x.substitute(bare) if isinstance(x, UOp) else x
+    mask = None if self.mask is None else tuple((strip(b), strip(e)) for b, e in self.mask)
+    unbound = View.create(tuple(map(strip, self.shape)), tuple(map(strip, self.strides)), strip(self.offset), mask)
+    return unbound, dict(bindings.values())
 
   def to_indexed_uops(self, idxs: list[UOp], vexpr: UOp = UOp.const(dtypes.bool, True)) -> tuple[UOp, UOp]:
-    iexpr = sint_to_uop(self.offset)
-    for idx, sh, st, m in zip(idxs, self.shape, self.strides, self.mask if self.mask is not None else itertools.repeat(None)):
-      if resolve(sh != 1) and resolve(st != 0): iexpr = iexpr + idx * st
-      if m is not None:
-        if resolve(m[0] != 0): vexpr = vexpr.alu(Ops.AND, (idx < m[0]).logical_not())
-        if resolve(sh - m[1] != 0): vexpr = vexpr.alu(Ops.AND, idx < m[1])
-    return iexpr, vexpr
+    """(buffer position, validity) of the logical index `idxs`."""
+    position, valid = sint_to_uop(self.offset), vexpr
+    for axis, (idx, extent, stride) in enumerate(zip(idxs, self.shape, self.strides)):
+      if resolve(extent != 1) and resolve(stride != 0): position = position + idx * stride
+      if self.mask is None: continue
+      begin, end = self.mask[axis]
+      if resolve(begin != 0): valid = valid.alu(Ops.AND, (idx < begin).logical_not())
+      if resolve(extent - end != 0): valid = valid.alu(Ops.AND, idx < end)
+    return position, valid
 
-  # ***** merging two views *****
+  # ***** composing two views *****
 
   @functools.cache
-  def __add__(self, vm1: View) -> Optional[View]:
-    """The single view equal to applying `vm1` on top of `self`, or None when there is none."""
-    vm2 = self
-    if vm2.contiguous: return vm1
-    if vm1.contiguous and vm1.shape == vm2.shape: return vm2
-    if vm1.contiguous and vm1.size() == vm2.size() and (ret := vm2.reshape(vm1.shape)) is not None: return ret
-    if vm1.mask:
-      if (new_vm1 := vm1.shrink(vm1.mask)) == vm1 or (merged := vm2 + new_vm1) is None: return None
-      return merged.pad(tuple((b, s - e) for (b, e), s in zip(vm1.mask, vm1.shape)))
-    if not all_int(vm1.shape) or not all_int(vm2.shape) or not all_int(vm1.strides) or not isinstance(vm1.offset, int): return None
-    # project vm1's offset and strides onto vm2's axes
-    origin = unravel(vm2.shape, vm1.offset)
-    terms: list[list[tuple[int, int]]] = [[] for _ in vm2.shape]
-    strides: list = [0] * len(vm1.shape)
-    for d1, st in enumerate(vm1.strides):
-      if st == 0: continue
-      for d2, (o, s1) in enumerate(zip(origin, unravel(vm2.shape, vm1.offset + st))):
-        if (s1 := s1 - o) == 0: continue
-        terms[d2].append((d1, s1))
-        strides[d1] += s1 * vm2.strides[d2]
-    # merge vm2 axes only where vm1 walks across them
-    idxs = [UOp.variable(f"idx{i}", 0, s - 1) for i, s in enumerate(vm1.shape)]
-    merged_size, merged_term = 1, UOp.const(dtypes.int32, 0)
-    extents: list[tuple[int, UOp]] = []
-    for term, s, o in zip(reversed(terms), reversed(vm2.shape), reversed(origin)):
-      merged_term = merged_term + (sum([idxs[d1] * s1 for d1, s1 in term], UOp.const(dtypes.int32, 0)) + o) * merged_size
-      merged_size *= s
-      if resolve(merged_term < merged_size, False) and resolve(merged_term >= 0, False):
-        extents.append((merged_size, merged_term))
-        merged_size, merged_term = 1, UOp.const(dtypes.int32, 0)
-    if resolve(merged_term.ne(0)): return None
-    if (vm2_shape := tuple(s for s, _ in reversed(extents))) != vm2.shape:
-      if (reshaped_vm2 := vm2.reshape(vm2_shape)) is None: return None
-      if reshaped_vm2.shape != vm2.shape: return reshaped_vm2 + vm1
-    if vm2.mask:
-      newb, newe, bad = [0] * len(vm1.shape), list(vm1.shape), False
-      for (b, e), o, term, (_, t) in zip(vm2.mask, origin, terms, reversed(extents)):
-        if resolve(b <= t.vmin and t.vmax < e, False): continue
-        if len(term) != 1:
-          if not term and newe: newe[0] = 0
-          else: bad = True
-          continue
-        d1, s1 = term[0]
-        newb[d1] = max(newb[d1], ceildiv(b - o if s1 > 0 else e - o - 1, s1))
-        newe[d1] = min(newe[d1], (b - o if s1 < 0 else e - o - 1) // s1 + 1)
-      if any((b, e) != (0, s) for b, e, s in zip(newb, newe, vm1.shape)):
-        return vm2 + View.create(vm1.shape, vm1.strides, vm1.offset, tuple(zip(newb, newe)))
-      if bad: return None
-    return View.create(vm1.shape, tuple(strides), sum(o * s for o, s in zip(origin, vm2.strides)) + vm2.offset)
+  def __add__(self, top: View) -> Optional[View]:
+    """The single view equal to reading `top` out of this view's elements, or None when there is none."""
+    if self.contiguous: return top
+    if top.contiguous:
+      if top.shape == self.shape: return self
+      if top.size() == self.size() and (reshaped := self.reshape(top.shape)) is not None: return reshaped
+    if top.mask is not None:   # compose the valid part, then pad back around it
+      around = tuple((begin, extent - end) for extent, (begin, end) in zip(top.shape, top.mask))
+      valid_part = top.shrink(top.mask)
+      core = self + valid_part if valid_part != top else None
+      return core.pad(around) if core is not None else None
+    if not (all_int(top.shape) and all_int(self.shape) and all_int(top.strides) and isinstance(top.offset, int)): return None
+    if (composed := self._compose(top)) is not None: return composed
+    merged = self.reshape(self._merged_shape()) if self.mask is None else None
+    return merged._compose(top) if merged is not None and merged.shape != self.shape else None
+
+  def _compose(self, top: View) -> Optional[View]:
+    """`top` (unmasked, integer) over this view, when every digit of this view's index moves linearly with
+    top's index (no carries): then each top axis has one stride in memory."""
+    origin = unravel(self.shape, top.offset)
+    moves = [[a - b for a, b in zip(unravel(self.shape, top.offset + stride), origin)] if stride else [0] * len(self.shape)
+             for stride in top.strides]
+    low, high = list(origin), list(origin)
+    for extent, move in zip(top.shape, moves):
+      for k, step in enumerate(move):
+        reach = step * (extent - 1)
+        low[k], high[k] = low[k] + min(0, reach), high[k] + max(0, reach)
+    if any(lo < 0 or hi >= extent for lo, hi, extent in zip(low, high, self.shape)): return None
+    strides = tuple(sum(step * s for step, s in zip(move, self.strides)) for move in moves)
+    offset = self.offset + sum(o * s for o, s in zip(origin, self.strides))
+    if self.mask is None: return View.create(top.shape, strides, offset)
+    begins, ends = [0] * len(top.shape), list(top.shape)
+    for k, (begin, end) in enumerate(self.mask):
+      if begin <= low[k] and high[k] < end: continue
+      movers = [d for d, move in enumerate(moves) if move[k] != 0]
+      if not movers: return View.create(top.shape, strides, offset, tuple((0, 0) for _ in top.shape))
+      if len(movers) > 1: return None
+      d, step = movers[0], moves[movers[0]][k]
+      # origin[k] + i*step must lie in [begin, end)
+      first, last = (ceildiv(begin - origin[k], step), (end - 1 - origin[k]) // step) if step > 0 else \
+                    (ceildiv(end - 1 - origin[k], step), (begin - origin[k]) // step)
+      begins[d], ends[d] = max(begins[d], first), min(ends[d], last + 1)
+    return View.create(top.shape, strides, offset, tuple(zip(begins, ends)))
 
   def invert(self, out_shape: tuple) -> Optional[View]:
-    ret = View.create(self.shape)
-    if self.mask: ret = ret.shrink(self.mask)
-    ret = ret.flip(tuple(x < 0 for x in self.strides)).permute(argsort(tuple(-x if x > 0 else x for x in self.strides)))
-    return ret if prod(ret.shape) == prod(out_shape) else None
+    """The view that undoes this one (a flip and permute of its elements), when it has `out_shape`'s size."""
+    flips = tuple(stride < 0 for stride in self.strides)
+    by_stride = tuple(sorted(range(len(self.strides)), key=lambda axis: -abs(self.strides[axis])))
+    start = View.create(self.shape)
+    undo = (start.shrink(self.mask) if self.mask else start).flip(flips).permute(by_stride)
+    return None if prod(undo.shape) != prod(out_shape) else undo
 
   def minify(self) -> View:
-    min_shape = tuple(x[0] for x in merge_dims(self.shape, self.strides, self.mask))
-    return nv if (nv := self.reshape(min_shape)) else self
+    """The same view with as few axes as possible."""
+    if not all_int(self.shape) or not all_int(self.strides) or self.mask is not None: return self
+    return self.reshape(self._merged_shape()) or self
+
+  def _merged_shape(self) -> tuple:
+    """The extents of this (unmasked, integer) view's runs: its shape with mergeable axes merged."""
+    return tuple(run.size for run in _runs(self.shape, self.strides, tuple((0, e) for e in self.shape)))
 
   # ***** movement ops *****
 
-  def _unsafe_resize(self, arg: tuple, mask: Optional[tuple] = None) -> View:
-    offset = sum(s * x[0] for s, x in zip(self.strides, arg))
-    if self.mask:
-      nmask = tuple((smax(0, smin(mx - ax, ay - ax)), smax(0, smin(my - ax, ay - ax))) for (mx, my), (ax, ay) in zip(self.mask, arg))
-      mask = tuple((smax(mx1, mx2), smin(my1, my2)) for (mx1, my1), (mx2, my2) in zip(nmask, mask)) if mask is not None else nmask
-    return View.create(tuple(y - x for x, y in arg), self.strides, self.offset + offset, mask)
+  def _window(self, bounds: tuple, valid: Optional[tuple] = None) -> View:
+    """The view of elements bounds[k][0] <= i_k < bounds[k][1] (bounds may reach outside: padding)."""
+    offset = self.offset + sum(stride * begin for stride, (begin, _) in zip(self.strides, bounds))
+    if self.mask is not None:
+      def clip(x, begin, end): return smax(0, smin(x - begin, end - begin))   # a mask bound seen from inside the window
+      kept = tuple((clip(lo, begin, end), clip(hi, begin, end)) for (lo, hi), (begin, end) in zip(self.mask, bounds))
+      valid = kept if valid is None else tuple((smax(k[0], v[0]), smin(k[1], v[1])) for k, v in zip(kept, valid))
+    return View.create(tuple(e - b for b, e in bounds), self.strides, offset, valid)
 
   def pad(self, arg: tuple) -> View:
     if len(arg) != len(self.shape): raise ValueError(f"invalid pad {arg} for {self.shape}")
     if any(resolve(b < 0, False) or resolve(e < 0, False) for b, e in arg): raise ValueError(f"pad must be non-negative, got {arg}")
-    if any(resolve(b != 0) or resolve(e != 0) for b, e in arg):
-      zvarg = tuple((-b, s + e) for s, (b, e) in zip(self.shape, arg))
-      mask = tuple((b, s + b) for s, (b, _) in zip(self.shape, arg))
-      return self._unsafe_resize(zvarg, mask=mask)
-    return self
+    if not any(resolve(b != 0) or resolve(e != 0) for b, e in arg): return self
+    bounds = tuple((-before, extent + after) for extent, (before, after) in zip(self.shape, arg))
+    valid = tuple((before, extent + before) for extent, (before, _) in zip(self.shape, arg))
+    return self._window(bounds, valid)
 
   def shrink(self, arg: tuple) -> View:
-    if len(arg) != len(self.shape): raise ValueError(f"invalid shrink {arg} for {self.shape}")
-    if not all(resolve(0 <= b) and resolve(b <= e) and resolve(e <= s) for s, (b, e) in zip(self.shape, arg)):
+    if len(arg) != len(self.shape) or not all(resolve(0 <= b) and resolve(b <= e) and resolve(e <= s) for s, (b, e) in zip(self.shape, arg)):
       raise ValueError(f"invalid shrink {arg} for {self.shape}")
-    return self._unsafe_resize(arg)
+    return self._window(arg)
 
   def expand(self, new_shape: tuple) -> View:
     if len(new_shape) != len(self.shape): raise ValueError(f"expand arg {new_shape} must have the same number of dims as {self.shape}")
     if 0 in self.shape:
-      if not all((s == x == 0) or (s > 0 and (x % s) == 0) for s, x in zip(self.shape, new_shape)): raise ValueError(f"can't expand {self.shape} into {new_shape}")
+      if not all((s == x == 0) or (s > 0 and x % s == 0) for s, x in zip(self.shape, new_shape)):
+        raise ValueError(f"can't expand {self.shape} into {new_shape}")
       return View.create(new_shape)
-    if not all(resolve(s == x, False) or s == 1 for s, x in zip(self.shape, new_shape)): raise ValueError(f"can't expand {self.shape} into {new_shape}")
-    mask = tuple((((0, 0) if m != (0, 1) else (0, ns)) if resolve(s != ns, False) else m) for m, s, ns in zip(self.mask, self.shape, new_shape)) \
-      if self.mask else None
+    if not all(s == 1 or resolve(s == x, False) for s, x in zip(self.shape, new_shape)): raise ValueError(f"can't expand {self.shape} into {new_shape}")
+    mask = self.mask
+    if mask is not None:   # a broadcast axis is valid everywhere or nowhere
+      mask = tuple(valid if not resolve(old != new, False) else ((0, new) if valid == (0, 1) else (0, 0))
+                   for valid, old, new in zip(mask, self.shape, new_shape))
     return View.create(new_shape, self.strides, self.offset, mask)
 
   def permute(self, axis: tuple) -> View:
     if sorted(axis) != list(range(len(self.shape))): raise ValueError(f"invalid permutation {axis} of len {len(self.shape)}")
-    return View.create(tuple(self.shape[a] for a in axis), tuple(self.strides[a] for a in axis), self.offset,
-                       tuple(self.mask[a] for a in axis) if self.mask is not None else None)
+    def pick(values): return None if values is None else tuple(values[a] for a in axis)
+    return View.create(pick(self.shape), pick(self.strides), self.offset, pick(self.mask))
 
   def flip(self, arg: tuple) -> View:
-    offset = sum((s - 1) * z for s, z, f in zip(self.shape, self.strides, arg) if f)
-    mask = tuple((s - my, s - mx) if f else (mx, my) for (mx, my), s, f in zip(self.mask, self.shape, arg)) if self.mask is not None else None
-    return View.create(self.shape, tuple(-z if f else z for z, f in zip(self.strides, arg)), self.offset + offset, mask)
+    flipped = [axis for axis, f in enumerate(arg) if f]
+    strides, offset = list(self.strides), self.offset
+    mask = None if self.mask is None else list(self.mask)
+    for axis in flipped:
+      extent = self.shape[axis]
+      offset = offset + strides[axis] * (extent - 1)
+      strides[axis] = -strides[axis]
+      if mask is not None: mask[axis] = (extent - mask[axis][1], extent - mask[axis][0])
+    return View.create(self.shape, tuple(strides), offset, None if mask is None else tuple(mask))
 
   def reshape(self, new_shape: tuple) -> Optional[View]:
-    if self.shape == new_shape: return self
-    if not all(isinstance(s, (int, UOp)) and (not isinstance(s, int) or s >= 0) for s in new_shape):
-      raise ValueError(f"shape must be non-negative ints or variables, got {new_shape}")
-    self_all_int = all_int(self.shape)
-    if self_all_int and all_int(new_shape) and prod(self.shape) != prod(new_shape):
-      raise ValueError(f"size mismatched, can't reshape {self.shape} -> {new_shape}")
-    if 0 in self.shape: return View.create(new_shape)
-    if new_shape == () and self.mask and any(mx == my for (mx, my) in self.mask): return None
-    if self.contiguous: return View.create(new_shape)
-    if self_all_int and not all_int(new_shape):
-      if len(self.shape) != len(new_shape): raise ValueError(f"cannot symbolic reshape non-contiguous {self.shape} -> {new_shape}")
-      for si, so in zip(self.shape, new_shape):
-        if not isinstance(so, int): so = sym_infer(so, dict(v.unbind() for v in so.vars() if v.op is Ops.BIND))
-        if si != so: raise ValueError(f"cannot symbolic reshape non-contiguous {self.shape} -> {new_shape}")
-      return View(new_shape, self.strides, self.offset, self.mask, self.contiguous)
-    if not self_all_int: return None
-    strides: list = []
-    r_new_shape = reversed(new_shape)
-    for merged_size, new_stride, real_size in reversed(merge_dims(self.shape, self.strides, self.mask)):
-      acc = 1
-      while acc < merged_size and (new_dim := next(r_new_shape, 0)) > 0:
-        strides.append(new_stride)
-        if new_dim != 1: new_stride *= (new_dim if (acc := acc * new_dim) < real_size else 0)
-      if acc != merged_size: return None
-    new_strides = (0,) * (len(new_shape) - len(strides)) + tuple(strides[::-1])
-    if (new_mask := _reshape_mask(self.mask, self.shape, new_shape)) is not None:
-      extra_offset = (sum(m[0] * s for m, s in zip(self.mask, self.strides)) if self.mask else 0) - \
-                     (sum(m[0] * s for m, s in zip(new_mask, new_strides)))
-      return View.create(new_shape, new_strides, self.offset + extra_offset, new_mask)
-    return None
+    """This view in `new_shape`, or None when that needs a second view."""
+    if new_shape == self.shape: return self
+    _check_reshape(self.shape, new_shape)
+    if self.contiguous or 0 in self.shape: return View.create(new_shape)
+    if new_shape == () and self.mask and any(b == e for b, e in self.mask): return None   # () cannot hold an empty mask
+    if all_int(self.shape) and not all_int(new_shape): return self._bind_symbolic_shape(new_shape)
+    if not all_int(self.shape) or (self.mask is not None and not all_int(flatten(self.mask))): return None
+    return self._regroup(new_shape)
+
+  def _bind_symbolic_shape(self, new_shape: tuple) -> View:
+    """A concrete view renamed to the same shape written with bound variables."""
+    if len(new_shape) != len(self.shape): raise ValueError(f"cannot symbolic reshape non-contiguous {self.shape} -> {new_shape}")
+    for concrete, symbolic in zip(self.shape, new_shape):
+      value = symbolic if isinstance(symbolic, int) else sym_infer(symbolic, dict(v.unbind() for v in symbolic.vars() if v.op is Ops.BIND))
+      if concrete != value: raise ValueError(f"cannot symbolic reshape non-contiguous {self.shape} -> {new_shape}")
+    return View(new_shape, self.strides, self.offset, self.mask, self.contiguous)
+
+  def _regroup(self, new_shape: tuple) -> Optional[View]:
+    """Reshape by runs: from the right, the new axes must fill each run of the old axes exactly."""
+    mask = self.mask if self.mask is not None else tuple((0, extent) for extent in self.shape)
+    if any(lo >= hi for lo, hi in mask): return View.create(new_shape, mask=tuple((0, 0) for _ in new_shape))
+    # an axis whose mask keeps one element had its stride folded into the offset; any stride is right for it
+    # as long as the offset compensates, so give it the one that continues the axis after it
+    strides, offset = list(self.strides), self.offset
+    for axis in reversed(range(len(self.shape))):
+      lo, hi = mask[axis]
+      if hi - lo == 1 and self.shape[axis] != 1 and strides[axis] == 0:
+        after = next((k for k in range(axis + 1, len(self.shape)) if self.shape[k] != 1), None)
+        strides[axis] = 1 if after is None else self.shape[after] * strides[after]
+        offset = offset - lo * strides[axis]
+    new_strides: list = []
+    new_masks: list = []
+    pending = list(new_shape)
+    for run in reversed(_runs(self.shape, tuple(strides), mask)):
+      dims: list = []
+      while prod(dims) < run.size and pending: dims.insert(0, pending.pop())
+      if prod(dims) != run.size or (split := _split_run(run, dims)) is None: return None
+      new_strides, new_masks = split[0] + new_strides, split[1] + new_masks
+    if any(extent != 1 for extent in pending): return None
+    new_strides, new_masks = [0] * len(pending) + new_strides, [(0, 1)] * len(pending) + new_masks
+    return View.create(new_shape, tuple(new_strides), offset, tuple(new_masks) if self.mask is not None else None)
