@@ -101,3 +101,13 @@ def test_context_restores_flags_even_on_error():
   assert ContextVar._cache["FUSE_ARANGE"].value == before
   with pytest.raises(KeyError, match="NOT_A_FLAG"):
     with Context(NOT_A_FLAG=1): pass
+
+
+@pytest.mark.parametrize("bottom_up", [False, True])
+def test_graph_rewrite_of_a_100k_chain_needs_no_recursion(bottom_up):
+  """Issue 11.6: rewriting is iterative, so a 100,000-deep chain rewrites under the default recursion limit."""
+  assert sys.getrecursionlimit() <= 10_000
+  x = UOp.variable("x", 0, 10)
+  chain = x
+  for _ in range(100_000): chain = chain + 0   # ADD(ADD(... x ..., 0), 0): the identity rule removes every link
+  assert graph_rewrite(chain, PatternMatcher([(UPat.var("a") + 0, lambda a: a)]), bottom_up=bottom_up) is x
