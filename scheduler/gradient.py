@@ -1,88 +1,128 @@
-"""Autograd over UOps: one gradient rule per op, applied in reverse topological order.
+"""Autograd over UOps: the chain rule, one local derivative per op, applied from the root back.
 
-Sits between the Tensor frontend (which calls `compute_gradient` from `backward`) and the IR.
+Sits between the Tensor frontend (`Tensor.backward` and `Tensor.gradient` call `compute_gradient`) and
+the IR. Each rule takes the gradient flowing into a node's output and the node, and returns one gradient
+per source (None where the source gets none: comparisons, the WHERE condition, bitcasts). Rules are the
+derivatives themselves, written with the UOp builders.
 """
 from __future__ import annotations
 import math
+from typing import Callable, Optional
 from scheduler.dtype import dtypes, sum_acc_dtype
 from scheduler.helpers import argsort, Metadata
-from scheduler.ops import UOp, Ops, UPat, PatternMatcher, all_metadata
+from scheduler.ops import UOp, Ops, all_metadata
+
+Grads = tuple[Optional[UOp], ...]
+LN2 = math.log(2)
 
 
-def _reduce_gradient(ctx: UOp, ret: UOp):
-  src = ret.src[0]
-  if ret.arg[0] is Ops.ADD: return (ctx.expand(src.shape),)
-  if ret.arg[0] is Ops.MAX:
-    max_is_1s = src.ne(ret.expand(src.shape)).ne(src.const_like(1).cast(dtypes.bool)).cast(ctx.dtype)
-    div = max_is_1s.r(Ops.ADD, ret.arg[1]).expand(src.shape)
-    return ((max_is_1s / div) * ctx.expand(src.shape),)
-  if ret.arg[0] is Ops.MUL: return ((ctx * ret).expand(src.shape) / src,)
-  return None
+def _max_reduce(g: UOp, out: UOp) -> Grads:
+  """d max = g shared evenly among the positions that hold the maximum."""
+  x, axes = out.src[0], out.arg[1]
+  is_max = x.eq(out.expand(x.shape)).cast(g.dtype)
+  ties = is_max.r(Ops.ADD, axes).expand(x.shape)
+  return ((is_max / ties) * g.expand(x.shape),)
 
 
-def _expand_gradient(ctx: UOp, ret: UOp):
-  axes = tuple(i for i, (si, so) in enumerate(zip(ret.src[0].shape, ret.arg)) if si != so)
-  return (ctx.cast(sum_acc_dtype(ctx.dtype)).r(Ops.ADD, axes).cast(ctx.dtype),)
+def _reduce(g: UOp, out: UOp) -> Grads:
+  x, combine = out.src[0], out.arg[0]
+  if combine is Ops.ADD: return (g.expand(x.shape),)          # d sum / dx_i = 1
+  if combine is Ops.MUL: return ((g * out).expand(x.shape) / x,)   # d prod / dx_i = prod / x_i
+  return _max_reduce(g, out)
 
 
-# each rule gets the gradient of the output as ctx and returns one gradient per source (None: no gradient)
-pm_gradient = PatternMatcher([
-  (UPat(Ops.CAST, name="ret"), lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),
-  (UPat(Ops.RECIP, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),
-  (UPat(Ops.SIN, name="ret"), lambda ctx, ret: ((math.pi / 2 - ret.src[0]).sin() * ctx,)),
-  (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),)),
-  (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ret * ctx * math.log(2),)),
-  (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * 2),)),
-  (UPat((Ops.CMPLT, Ops.CMPNE)), lambda: (None, None)),
-  (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),
-  (UPat(Ops.MAX, name="ret"), lambda ctx, ret: (
-    (ret.src[0] > ret.src[1]).where(ctx, (ret.src[0].ne(ret.src[1])).where(ctx.const_like(0), ctx * 0.5)),
-    (ret.src[0] < ret.src[1]).where(ctx, (ret.src[0].ne(ret.src[1])).where(ctx.const_like(0), ctx * 0.5)))),
-  (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (ret.src[1] * ctx, ret.src[0] * ctx)),
-  (UPat(Ops.WHERE, name="ret"), lambda ctx, ret: (None, ret.src[0].where(ctx, ctx.const_like(0)), ret.src[0].where(ctx.const_like(0), ctx))),
-  (UPat(Ops.REDUCE_AXIS, name="ret"), _reduce_gradient),
-  (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
-  (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (ctx.contiguous(),)),
-  (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: (ctx.reshape(ret.src[0].shape),)),
-  (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: (ctx.permute(argsort(ret.arg)),)),
-  (UPat(Ops.PAD, name="ret"), lambda ctx, ret: (ctx.shrink(tuple((p[0], s + p[0]) for s, p in zip(ret.src[0].shape, ret.arg))),)),
-  (UPat(Ops.SHRINK, name="ret"), lambda ctx, ret: (ctx.pad(tuple((p[0], s - p[1]) for s, p in zip(ret.src[0].shape, ret.arg))),)),
-  (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip(ret.arg),)),
-  (UPat(Ops.EXPAND, name="ret"), _expand_gradient),
-  (UPat(Ops.BITCAST), lambda ctx: (None,)),
-])
+def _maximum(g: UOp, out: UOp) -> Grads:
+  """max(a, b): the larger side gets g, a tie gives each side half."""
+  a, b = out.src
+  def share(wins: UOp) -> UOp: return wins.where(g, a.ne(b).where(g.const_like(0), g * 0.5))
+  return share(a > b), share(a < b)
 
 
-def _deepwalk(root: UOp, targets: set[UOp]) -> list[UOp]:
-  """The nodes between the root and the targets, sources before users (DETACH cuts the walk)."""
-  in_path: dict[UOp, bool] = {}
-  for u in root.toposort: in_path[u] = any(s in targets or in_path[s] for s in u.src)
-  out: list[UOp] = []
-  visited: set[UOp] = set()
-  stack: list[tuple[UOp, bool]] = [(root, False)]
-  while stack:
-    node, done = stack.pop()
-    if done:
-      out.append(node)
+def _expand(g: UOp, out: UOp) -> Grads:
+  """A broadcast copies one value to many places: its gradient sums them (in the wider accumulator dtype)."""
+  before = out.src[0].shape
+  widened = tuple(axis for axis, (old, new) in enumerate(zip(before, out.arg)) if old != new)
+  return (g.cast(sum_acc_dtype(g.dtype)).r(Ops.ADD, widened).cast(g.dtype),)
+
+
+def _pad(g: UOp, out: UOp) -> Grads:
+  return (g.shrink(tuple((before, before + extent) for extent, (before, _) in zip(out.src[0].shape, out.arg))),)
+
+
+def _shrink(g: UOp, out: UOp) -> Grads:
+  return (g.pad(tuple((begin, extent - end) for extent, (begin, end) in zip(out.src[0].shape, out.arg))),)
+
+
+def _where(g: UOp, out: UOp) -> Grads:
+  condition = out.src[0]
+  zero = g.const_like(0)
+  return None, condition.where(g, zero), condition.where(zero, g)
+
+
+LOCAL_GRADIENTS: dict[Ops, Callable[[UOp, UOp], Grads]] = {
+  # unary: d f(x) = f'(x) g
+  Ops.RECIP: lambda g, out: (-g * out * out,),                               # (1/x)' = -1/x^2
+  Ops.SIN: lambda g, out: ((math.pi / 2 - out.src[0]).sin() * g,),           # sin' = cos
+  Ops.LOG2: lambda g, out: (g / (out.src[0] * LN2),),                        # log2(x)' = 1/(x ln 2)
+  Ops.EXP2: lambda g, out: (out * g * LN2,),                                 # (2^x)' = 2^x ln 2
+  Ops.SQRT: lambda g, out: (g / (out * 2),),                                 # sqrt(x)' = 1/(2 sqrt(x))
+  Ops.CAST: lambda g, out: (g.cast(out.src[0].dtype),),
+  Ops.BITCAST: lambda g, out: (None,),
+  # binary and ternary
+  Ops.ADD: lambda g, out: (g, g),
+  Ops.MUL: lambda g, out: (out.src[1] * g, out.src[0] * g),
+  Ops.MAX: _maximum,
+  Ops.CMPLT: lambda g, out: (None, None),
+  Ops.CMPNE: lambda g, out: (None, None),
+  Ops.WHERE: _where,
+  # reductions and markers
+  Ops.REDUCE_AXIS: _reduce,
+  Ops.CONTIGUOUS: lambda g, out: (g,),
+  Ops.CONTIGUOUS_BACKWARD: lambda g, out: (g.contiguous(),),
+  # movement: move the gradient back
+  Ops.RESHAPE: lambda g, out: (g.reshape(out.src[0].shape),),
+  Ops.PERMUTE: lambda g, out: (g.permute(argsort(out.arg)),),
+  Ops.FLIP: lambda g, out: (g.flip(out.arg),),
+  Ops.EXPAND: _expand,
+  Ops.PAD: _pad,
+  Ops.SHRINK: _shrink,
+}
+
+
+def _nodes_between(root: UOp, targets: set[UOp]) -> list[UOp]:
+  """The nodes on some path from a target up to the root, sources first (DETACH cuts paths)."""
+  leads_to_target: dict[UOp, bool] = {}
+  for u in root.toposort: leads_to_target[u] = any(s in targets or leads_to_target[s] for s in u.src)
+  ordered: list[UOp] = []
+  seen: set[UOp] = set()
+  todo: list[tuple[UOp, bool]] = [(root, False)]
+  while todo:
+    u, sources_done = todo.pop()
+    if sources_done:
+      ordered.append(u)
       continue
-    if node in visited: continue
-    visited.add(node)
-    if node.op is Ops.DETACH or not in_path[node]: continue
-    stack.append((node, True))
-    for s in reversed(node.src):
-      if s not in visited: stack.append((s, False))
-  return out
+    if u in seen or u.op is Ops.DETACH or not leads_to_target[u]:
+      seen.add(u)
+      continue
+    seen.add(u)
+    todo.append((u, True))
+    todo.extend((s, False) for s in reversed(u.src) if s not in seen)
+  return ordered
 
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
-  grads = {root: root_grad}
-  for t0 in reversed(_deepwalk(root, targets)):
-    if t0 not in grads: continue
-    lgrads = pm_gradient.rewrite(t0, ctx=grads[t0])
-    if lgrads is None: raise RuntimeError(f"no gradient rule for {t0.op}")
-    if len(lgrads) != len(t0.src): raise RuntimeError(f"gradient of {t0.op} gave {len(lgrads)} gradients for {len(t0.src)} sources")
-    for k, v in zip(t0.src, lgrads):
-      if v is None: continue
-      grads[k] = grads[k] + v if k in grads else v
-      if (fwd := all_metadata.get(t0)) is not None and v not in all_metadata: all_metadata[v] = Metadata(fwd.name, fwd.caller, True)
+  """d root / d node for every node between root and targets, given d loss / d root = root_grad."""
+  grads: dict[UOp, UOp] = {root: root_grad}
+  for node in reversed(_nodes_between(root, targets)):
+    if (g := grads.get(node)) is None: continue
+    rule = LOCAL_GRADIENTS.get(node.op)
+    if rule is None: raise RuntimeError(f"no gradient rule for {node.op}")
+    local = rule(g, node)
+    if len(local) != len(node.src): raise RuntimeError(f"gradient of {node.op} gave {len(local)} gradients for {len(node.src)} sources")
+    forward = all_metadata.get(node)
+    for source, contribution in zip(node.src, local):
+      if contribution is None: continue
+      grads[source] = grads[source] + contribution if source in grads else contribution
+      if forward is not None and contribution not in all_metadata:
+        all_metadata[contribution] = Metadata(forward.name, forward.caller, True)
   return grads
