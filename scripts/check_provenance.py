@@ -18,9 +18,6 @@ DEFAULT_CHECKER = REPO.parent / "shared" / "tools" / "provenance" / "check.py"
 # Files whose clean-room rewrite has not landed yet, and the issue that owns each.
 PENDING_REWRITE = {
   "scheduler/tensor.py": "issue 12",
-  "scheduler/gradient.py": "issue 12",
-  "scheduler/nn/__init__.py": "issue 12",
-  "scheduler/nn/optim.py": "issue 12",
 }
 
 

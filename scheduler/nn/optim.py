@@ -1,70 +1,91 @@
 """Optimizers that update parameters in place with `assign`: SGD (momentum, nesterov, weight decay),
-Adam and AdamW. `step()` realizes the updated parameters and the optimizer state together."""
+Adam and AdamW. `step()` realizes the updated parameters and the optimizer's state in one schedule.
+
+Update rules (g the gradient, lr the learning rate, t the step count):
+- SGD: g += wd * w; with momentum b = mu * b + g and g = b (nesterov: g = g + mu * b); w -= lr * g.
+- AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; w -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * w).
+  Adam is AdamW without weight decay.
+"""
 from __future__ import annotations
 from scheduler.tensor import Tensor
 from scheduler.dtype import dtypes
 from scheduler.helpers import dedup
 
 
+def _state_like(t: Tensor, dtype=None) -> Tensor:
+  """A zero-filled optimizer state tensor shaped like parameter t."""
+  return Tensor.zeros(*t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=False).contiguous()
+
+
 class Optimizer:
+  """Holds the trainable parameters (requires_grad not False) and the other tensors handed in (`buffers`,
+  realized with each step). Subclasses implement `_update`."""
   def __init__(self, params: list[Tensor], lr: float):
-    for x in params:
-      if x.requires_grad is None: x.requires_grad = True
-    self.params: list[Tensor] = dedup([x for x in params if x.requires_grad])
+    trainable = [p.requires_grad is not False for p in params]
+    for p, train in zip(params, trainable):
+      if train and p.requires_grad is None: p.requires_grad = True
+    self.params: list[Tensor] = dedup(p for p, train in zip(params, trainable) if train)
     if not self.params: raise ValueError("optimizer got no parameters that require grad")
-    self.buffers: list[Tensor] = dedup([x for x in params if not x.requires_grad])
-    self.lr = Tensor([lr], requires_grad=False, dtype=dtypes.float32).contiguous().realize() if not isinstance(lr, Tensor) else lr
+    self.buffers: list[Tensor] = dedup(p for p, train in zip(params, trainable) if not train)
+    self.lr = lr if isinstance(lr, Tensor) else Tensor([lr], dtype=dtypes.float32, requires_grad=False).contiguous().realize()
+
+  def schedule_step(self) -> list[Tensor]:
+    """The tensors one step writes (state, parameters, buffers), unrealized."""
+    if not Tensor.training: raise RuntimeError("Tensor.training is False; set it (or use Tensor.train()) before stepping an optimizer")
+    grads = [p.grad for p in self.params]
+    if any(g is None for g in grads): raise RuntimeError(f"parameters {[i for i, g in enumerate(grads) if g is None]} have no gradient; call backward() first")
+    return [*self._update(grads), *self.params, *self.buffers]
+
+  def step(self) -> None:
+    Tensor.realize(*self.schedule_step())
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
 
-  def step(self) -> None: Tensor.realize(*self.schedule_step())
-
-  def schedule_step(self) -> list[Tensor]:
-    if not Tensor.training: raise RuntimeError("Tensor.training is False; set it (or use Tensor.train()) before stepping an optimizer")
-    missing = [i for i, p in enumerate(self.params) if p.grad is None]
-    if missing: raise RuntimeError(f"parameters {missing} have no gradient; call backward() first")
-    return self._update([p.grad for p in self.params]) + self.params + self.buffers
-
-  def _update(self, grads: list[Tensor]) -> list[Tensor]: raise NotImplementedError
+  def _update(self, grads: list[Tensor]) -> list[Tensor]:
+    """Assign the new parameter values; return the state tensors the step also writes."""
+    raise NotImplementedError
 
 
 class SGD(Optimizer):
   def __init__(self, params: list[Tensor], lr=0.001, momentum=0.0, weight_decay=0.0, nesterov=False):
-    super().__init__(params, lr)
-    self.momentum, self.wd, self.nesterov = momentum, weight_decay, nesterov
-    self.b = [Tensor.zeros(*t.shape, dtype=t.dtype, device=t.device, requires_grad=False).contiguous() for t in self.params] if momentum else []
+    self.nesterov, self.momentum, self.wd = nesterov, momentum, weight_decay
+    Optimizer.__init__(self, params, lr)
+    self.b = [_state_like(p) for p in self.params] if momentum else []   # velocities
 
   def _update(self, grads: list[Tensor]) -> list[Tensor]:
-    for i, (t, g) in enumerate(zip(self.params, grads)):
-      g = g.contiguous() + self.wd * t.detach()
-      if self.momentum:
-        self.b[i].assign(self.momentum * self.b[i] + g)
-        g = (g + self.momentum * self.b[i]) if self.nesterov else self.b[i]
-      t.assign((t.detach() - g * self.lr).cast(t.dtype))
+    velocities = self.b or [None] * len(self.params)
+    for w, g, velocity in zip(self.params, grads, velocities):
+      step = g.contiguous() + self.wd * w.detach()
+      if velocity is not None:
+        velocity.assign(self.momentum * velocity + step)
+        step = step + self.momentum * velocity if self.nesterov else velocity
+      w.assign((w.detach() - step * self.lr).cast(w.dtype))
     return self.b
 
 
 class AdamW(Optimizer):
   """Adam with decoupled weight decay; Adam is AdamW with weight_decay=0."""
   def __init__(self, params: list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01):
-    super().__init__(params, lr)
-    self.b1, self.b2, self.eps, self.wd = b1, b2, eps, weight_decay
-    self.b1_t, self.b2_t = (Tensor.ones((1,), dtype=dtypes.float32, requires_grad=False).contiguous() for _ in [b1, b2])
-    self.m = [Tensor.zeros(*t.shape, dtype=dtypes.float32, device=t.device, requires_grad=False).contiguous() for t in self.params]
-    self.v = [Tensor.zeros(*t.shape, dtype=dtypes.float32, device=t.device, requires_grad=False).contiguous() for t in self.params]
+    self.wd, self.eps, self.b1, self.b2 = weight_decay, eps, b1, b2
+    Optimizer.__init__(self, params, lr)
+    # b1^t and b2^t, kept as tensors so that the step count lives on the device
+    self.b1_t = Tensor.ones((1,), dtype=dtypes.float32, requires_grad=False).contiguous()
+    self.b2_t = Tensor.ones((1,), dtype=dtypes.float32, requires_grad=False).contiguous()
+    self.m = [_state_like(p, dtypes.float32) for p in self.params]
+    self.v = [_state_like(p, dtypes.float32) for p in self.params]
 
   def _update(self, grads: list[Tensor]) -> list[Tensor]:
     self.b1_t *= self.b1
     self.b2_t *= self.b2
-    for i, (t, g) in enumerate(zip(self.params, grads)):
-      self.m[i].assign(self.b1 * self.m[i] + (1.0 - self.b1) * g)
-      self.v[i].assign(self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
-      m_hat = self.m[i] / (1.0 - self.b1_t)
-      v_hat = self.v[i] / (1.0 - self.b2_t)
-      up = (m_hat / (v_hat.sqrt() + self.eps)) + self.wd * t.detach()
-      t.assign((t.detach() - self.lr * up).cast(t.dtype))
-    return [self.b1_t, self.b2_t] + self.m + self.v
+    for w, g, m, v in zip(self.params, grads, self.m, self.v):
+      m.assign(self.b1 * m + (1.0 - self.b1) * g)
+      v.assign(self.b2 * v + (1.0 - self.b2) * (g * g))
+      m_hat, v_hat = m / (1.0 - self.b1_t), v / (1.0 - self.b2_t)
+      direction = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w.detach()
+      w.assign((w.detach() - self.lr * direction).cast(w.dtype))
+    return [self.b1_t, self.b2_t, *self.m, *self.v]
 
 
-def Adam(params: list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8) -> AdamW: return AdamW(params, lr, b1, b2, eps, 0.0)
+def Adam(params: list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8) -> AdamW:
+  return AdamW(params, lr, b1, b2, eps, weight_decay=0.0)

@@ -2,7 +2,7 @@
 plain file I/O, read back through the DISK device)."""
 from __future__ import annotations
 import json, os, pathlib, struct
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 from scheduler.tensor import Tensor
 from scheduler.dtype import dtypes
 
@@ -12,16 +12,27 @@ _ST_DTYPES = {"F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float1
 _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
 
 
+def _children(obj: Any) -> Optional[Iterable[tuple[Any, Any]]]:
+  """(name, value) pairs of a container or object, or None for a leaf that holds no tensors."""
+  if hasattr(obj, "_asdict"): obj = obj._asdict()   # namedtuples by field name
+  if isinstance(obj, dict): return obj.items()
+  if isinstance(obj, (list, tuple)): return enumerate(obj)
+  return vars(obj).items() if hasattr(obj, "__dict__") else None
+
+
 def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
-  if isinstance(obj, Tensor): return {prefix.strip("."): obj}
-  if hasattr(obj, "_asdict"): return get_state_dict(obj._asdict(), prefix)
-  if isinstance(obj, dict): items = obj.items()
-  elif isinstance(obj, (list, tuple)): items = enumerate(obj)
-  elif hasattr(obj, "__dict__"): items = obj.__dict__.items()
-  else: return {}
-  out: dict[str, Tensor] = {}
-  for k, v in items: out.update(get_state_dict(v, f"{prefix}{k}."))
-  return out
+  """Every Tensor reachable from obj by attributes, dict keys and list indices, named by its dotted path."""
+  found: dict[str, Tensor] = {}
+  todo: list[tuple[str, Any]] = [(prefix.rstrip("."), obj)]
+  while todo:
+    path, value = todo.pop()
+    if isinstance(value, Tensor):
+      found[path] = value
+      continue
+    children = _children(value)
+    if children is None: continue
+    todo.extend(reversed([(f"{path}.{name}" if path else str(name), child) for name, child in children]))
+  return found
 
 
 def get_parameters(obj: Any) -> list[Tensor]: return list(get_state_dict(obj).values())
