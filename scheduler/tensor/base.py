@@ -1,0 +1,299 @@
+"""The Tensor's core: what a tensor holds, how ops become UOps, and the way out (realize, numpy, autograd).
+
+Sits under the other modules of `scheduler/tensor/`, which add ops as mixins; `scheduler/tensor/__init__.py`
+assembles the `Tensor` class. A tensor holds one UOp (`lazydata`); every op builds a new UOp through
+`_apply_uop` and nothing runs until `realize()`, which schedules the graph (capture point **exec** wraps it).
+Methods that make tensors use `type(self)`, so they always make the assembled `Tensor`.
+"""
+from __future__ import annotations
+import pathlib, weakref
+from typing import Callable, Optional
+import numpy as np
+from scheduler import hooks
+from scheduler.device import Device
+from scheduler.dtype import DType, dtypes, ConstType, least_upper_dtype, to_dtype, from_np_dtype, to_np_dtype, truncate_const
+from scheduler.gradient import compute_gradient
+from scheduler.helpers import all_int, all_same, fully_flatten, prod, Context, Metadata, TRACEMETA
+from scheduler.ops import UOp, Ops, resolve, smax, all_metadata
+
+# every live tensor, so that scheduling can point them at the buffers their values now live in (S56)
+all_tensors: dict[weakref.ref, None] = {}
+# the public Tensor method that is building ops right now (its name rides on schedule items as metadata)
+current_op: list[Optional[str]] = [None]
+
+
+def _forget(ref: weakref.ref) -> None: all_tensors.pop(ref, None)
+
+
+def _live_tensors() -> list:
+  return [t for ref in list(all_tensors) if (t := ref()) is not None]
+
+
+def apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
+  """Point every live tensor whose graph contains a replaced UOp at the replacement."""
+  if not becomes: return
+  affected = [t for t in _live_tensors() if any(u in becomes for u in t.lazydata.toposort)]
+  if not affected: return
+  before = UOp.sink(*[t.lazydata for t in affected])
+  after = before.substitute(becomes)
+  for t, old, new in zip(affected, before.src, after.src):
+    if new is not old: t.lazydata = new
+
+
+def nested_shape(data) -> tuple:
+  """The shape of nested python lists (numpy scalars and 0-d arrays are scalars)."""
+  if isinstance(data, str) or not (hasattr(data, "__len__") and hasattr(data, "__getitem__")) or getattr(data, "shape", None) == ():
+    return ()
+  inner = [nested_shape(item) for item in data]
+  if not all_same(inner): raise ValueError(f"inhomogeneous shape from {data}")
+  return (len(inner), *(inner[0] if inner else ()))
+
+
+def _python_buffer(data, dtype: DType) -> UOp:
+  """Python data (lists or bytes) uploaded into a PYTHON buffer, shaped like the data."""
+  if isinstance(data, bytes): raw, shape = data, (len(data) // dtype.itemsize,)
+  else:
+    shape = nested_shape(data)
+    values = [truncate_const(dtypes.as_const(v, dtype), dtype) for v in fully_flatten(data)]
+    raw = np.array(values, dtype=to_np_dtype(dtype)).tobytes()
+  buf = UOp.new_buffer("PYTHON", prod(shape), dtype)
+  buf.buffer.allocate(np.frombuffer(raw, dtype=np.uint8).copy())
+  return buf.reshape(shape)
+
+
+def _numpy_buffer(array: np.ndarray) -> UOp:
+  buf = UOp.new_buffer("NPY", array.size, from_np_dtype(array.dtype))
+  buf.buffer.allocate(np.ascontiguousarray(array))
+  return buf.reshape(array.shape)
+
+
+def _list_dtype(data) -> DType:
+  leaves = fully_flatten(data)
+  if leaves and all(isinstance(v, bool) for v in leaves): return dtypes.bool
+  return dtypes.default_int if leaves and all_int(leaves) else dtypes.default_float
+
+
+def const_uop(value, shape: tuple, dtype: DType, device: str) -> UOp:
+  return UOp.metaop(Ops.CONST, shape, dtype, Device.canonicalize(device), value)
+
+
+def left_pad_shapes(*shapes: tuple) -> tuple[tuple, ...]:
+  """The shapes with leading 1s added so that all have the same number of axes."""
+  rank = max(len(s) for s in shapes)
+  return tuple((1,) * (rank - len(s)) + tuple(s) for s in shapes)
+
+
+def broadcast_shape(*shapes: tuple) -> tuple:
+  return tuple(0 if 0 in extents else smax(extents) for extents in zip(*left_pad_shapes(*shapes)))
+
+
+class TensorBase:
+  """A lazily evaluated multi-dimensional array; see tinygrad's Tensor for the semantics."""
+  __slots__ = ("lazydata", "requires_grad", "grad", "__weakref__")
+  training: bool = False
+  no_grad: bool = False
+
+  def __init__(self, data: ConstType | UOp | bytes | list | tuple | np.ndarray | pathlib.Path | None, device: Optional[str] = None,
+               dtype: Optional[DType | str] = None, requires_grad: Optional[bool] = None):
+    dtype = to_dtype(dtype) if dtype is not None else None
+    if device is None and isinstance(data, pathlib.Path): device = f"DISK:{data.resolve()}"
+    device = Device.canonicalize(device)
+    self.grad: Optional[TensorBase] = None
+    self.requires_grad: Optional[bool] = requires_grad
+    uop = self._uop_from(data, dtype, device)
+    self.lazydata: UOp = uop if uop.device == device else uop.copy_to_device(device)
+    all_tensors[weakref.ref(self, _forget)] = None
+
+  @staticmethod
+  def _uop_from(data, dtype: Optional[DType], device: str) -> UOp:
+    if isinstance(data, UOp):
+      if dtype is not None and dtype != data.dtype: raise ValueError(f"dtype mismatch: {dtype} vs {data.dtype}")
+      return const_uop(data, (), dtype or data.dtype, device) if data.op is Ops.BIND else data
+    if data is None: return UOp.metaop(Ops.EMPTY, (0,), dtype or dtypes.default_float, device)
+    if isinstance(data, (bool, int, float)): return const_uop(data, (), dtype or dtypes.from_py(data), device)
+    if isinstance(data, bytes): return _python_buffer(data, dtype or dtypes.uint8)
+    if isinstance(data, (list, tuple)): return _python_buffer(data, dtype or _list_dtype(data))
+    if isinstance(data, np.generic) or (isinstance(data, np.ndarray) and data.shape == ()):
+      return const_uop(data.item(), (), dtype or from_np_dtype(data.dtype), device)
+    if isinstance(data, np.ndarray):
+      wanted = to_np_dtype(dtype) if dtype is not None else data.dtype
+      return _numpy_buffer(data if wanted == data.dtype else data.astype(wanted))
+    if isinstance(data, pathlib.Path):
+      if not data.exists(): raise FileNotFoundError(f"no such file for a DISK tensor: {data}")
+      dtype = dtype or dtypes.uint8
+      return UOp.new_buffer(f"DISK:{data.resolve()}", data.stat().st_size // dtype.itemsize, dtype)
+    raise TypeError(f"can't create Tensor from {data!r} with type {type(data).__name__}")
+
+  def __repr__(self) -> str:
+    return f"<Tensor {self.lazydata.device} {self.shape} {self.dtype}{' requires_grad' if self.requires_grad else ''}>"
+  def __hash__(self) -> int: return id(self)
+  def __bool__(self): raise TypeError("__bool__ on Tensor is not defined")
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+
+  device = property(lambda self: self.lazydata.device)
+  shape = property(lambda self: self.lazydata.shape)
+  dtype = property(lambda self: self.lazydata.dtype)
+  ndim = property(lambda self: len(self.shape))
+  def numel(self): return prod(self.shape)
+  def element_size(self) -> int: return self.dtype.itemsize
+  def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
+  def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+  def size(self, dim=None): return self.shape if dim is None else self.shape[dim]
+
+  # ***** building the graph *****
+
+  def _apply_uop(self, build: Callable, *others: TensorBase, **kwargs) -> TensorBase:
+    """A tensor over build(self's UOp, others' UOps, **kwargs); it requires grad when an input does."""
+    uop: UOp = build(self.lazydata, *(t.lazydata for t in others), **kwargs)
+    if TRACEMETA and current_op[0] is not None and uop not in all_metadata: all_metadata[uop] = Metadata(current_op[0])
+    flags = [t.requires_grad for t in (self, *others)]
+    requires = True if any(flags) else (None if None in flags else False)
+    return type(self)(uop, device=uop.device, requires_grad=requires)
+
+  def _binop(self, op: Ops, other, reverse: bool = False) -> TensorBase:
+    lhs, rhs = self._broadcasted(other, reverse)
+    return lhs._apply_uop(lambda a, b: a.alu(op, b), rhs)
+
+  def _broadcasted(self, other, reverse: bool = False, match_dtype: bool = True) -> tuple[TensorBase, TensorBase]:
+    """self and other as tensors of one shape (and, with match_dtype, one promoted dtype)."""
+    x, y = self, other
+    if isinstance(y, UOp): y = type(self)(y, device=x.device)
+    elif not isinstance(y, TensorBase):
+      if not isinstance(y, (bool, int, float)): raise TypeError(f"cannot combine a Tensor with {type(y).__name__}")
+      keeps_dtype = dtypes.is_float(x.dtype) or (dtypes.is_int(x.dtype) and isinstance(y, int))
+      y_dtype = x.dtype if keeps_dtype else dtypes.from_py(y)
+      y = type(self)(dtypes.as_const(y, y_dtype), x.device, y_dtype, requires_grad=False)
+    if match_dtype and x.dtype != y.dtype:
+      common = least_upper_dtype(x.dtype, y.dtype)
+      x, y = x.cast(common), y.cast(common)
+    if reverse: x, y = y, x
+    shape = broadcast_shape(x.shape, y.shape)
+    return x._broadcast_to(shape), y._broadcast_to(shape)
+
+  def _broadcast_to(self, shape: tuple) -> TensorBase:
+    if self.shape == shape: return self
+    if self.ndim > len(shape): raise ValueError(f"cannot broadcast tensor to fewer dimensions. shape={self.shape} to new_shape={shape}")
+    padded = left_pad_shapes(self.shape, shape)[0]
+    if any(old != 1 and not resolve(old == new, False) for old, new in zip(padded, shape)):
+      raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+    return self.reshape(padded)._apply_uop(UOp.expand, arg=tuple(shape))
+
+  def cast(self, dtype) -> TensorBase:
+    target = to_dtype(dtype)
+    return self if target == self.dtype else self._apply_uop(UOp.cast, dtype=target)
+
+  # ***** scheduling and realizing *****
+
+  def schedule_with_vars(self, *more: TensorBase) -> tuple[list, dict[UOp, int]]:
+    from scheduler.schedule import create_schedule_with_vars   # schedule.py sits above the frontend
+    items, var_vals, becomes = create_schedule_with_vars(UOp.sink(*(t.lazydata for t in (self, *more))))
+    apply_becomes_map(becomes)
+    return items, var_vals
+
+  def schedule(self, *more: TensorBase) -> list:
+    items, var_vals = self.schedule_with_vars(*more)
+    if var_vals: raise RuntimeError("this schedule has variables; use schedule_with_vars")
+    return items
+
+  def realize(self, *more: TensorBase) -> TensorBase:
+    from scheduler.realize import run_schedule
+    pending = [t for t in (self, *more) if not t.lazydata.is_realized]
+    if pending:
+      label = "realize " + " ".join(f"{t.dtype.name}{list(t.shape)}" for t in pending)
+      with hooks.capture_point("exec", UOp.sink(*(t.lazydata for t in pending)), name=label) as cap:
+        run_schedule(*pending[0].schedule_with_vars(*pending[1:]))
+        cap.set_output(lambda: _read_back(pending))
+    return self
+
+  def replace(self, x: TensorBase) -> TensorBase:
+    if self.shape != x.shape: raise ValueError(f"replace shape mismatch {self.shape} != {x.shape}")
+    self.lazydata = x.lazydata
+    return self
+
+  def assign(self, x) -> TensorBase:
+    """Write x into this tensor's buffer (an in-place update, scheduled as its own kernel)."""
+    if self.device.startswith("DISK"):
+      values = x if isinstance(x, TensorBase) else type(self)(x, device="PYTHON", dtype=self.dtype)
+      self.contiguous().realize().lazydata.base.buffer.copyin(values.numpy().reshape(-1))
+      return self
+    if not isinstance(x, TensorBase): x = type(self)(x, device=self.device, dtype=self.dtype)
+    if x.lazydata is self.lazydata: return self
+    for what, mine, theirs in (("shape", self.shape, x.shape), ("device", self.device, x.device), ("dtype", self.dtype, x.dtype)):
+      if mine != theirs: raise ValueError(f"assign {what} mismatch {mine} != {theirs}")
+    if x.requires_grad: raise ValueError("cannot assign a tensor that requires grad")
+    if not self.lazydata.is_realized: return self.replace(x)
+    self.lazydata = self.lazydata.assign(x.lazydata)
+    return self
+
+  def detach(self) -> TensorBase: return type(self)(self.lazydata.detach(), device=self.device, requires_grad=False)
+
+  def numpy(self) -> np.ndarray:
+    if 0 in self.shape: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
+    readable = self if self.device in ("CPU", "PYTHON", "NPY") else self.to(Device.DEFAULT)
+    done = readable.cast(self.dtype.base).contiguous().realize()
+    return done.lazydata.base.buffer.numpy().reshape(self.shape)
+
+  def tolist(self): return self.numpy().tolist()
+  def data(self): return memoryview(self.numpy().tobytes())
+
+  def item(self):
+    if self.numel() != 1: raise ValueError("item() only works on a Tensor with one element")
+    return self.numpy().reshape(-1)[0].item()
+
+  def to(self, device: Optional[str]) -> TensorBase:
+    device = Device.canonicalize(device)
+    if device == self.device: return self
+    moved = type(self)(self.lazydata, device, requires_grad=self.requires_grad)
+    if self.grad is not None: moved.grad = self.grad.to(device)
+    return moved
+
+  def clone(self) -> TensorBase:
+    copy = type(self)(self.lazydata.clone(), self.device, requires_grad=self.requires_grad)
+    if self.grad is not None: copy.grad = self.grad.clone()
+    return copy
+
+  def requires_grad_(self, requires_grad: Optional[bool] = True) -> TensorBase:
+    self.requires_grad = requires_grad
+    return self
+
+  # ***** autograd *****
+
+  def gradient(self, *targets: TensorBase, gradient: Optional[TensorBase] = None, materialize_grads=False) -> list[TensorBase]:
+    """d self / d target for each target; self must be a scalar unless `gradient` (d loss / d self) is given."""
+    if gradient is None:
+      if self.shape != (): raise RuntimeError("when no gradient is provided, backward must be called on a scalar tensor")
+      gradient = type(self)(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
+    wanted = [t.lazydata for t in targets]
+    grads = compute_gradient(self.lazydata, gradient.lazydata, set(wanted))
+    out = []
+    for t, u in zip(targets, wanted):
+      g = grads.get(u)
+      if g is None:
+        if not materialize_grads: raise RuntimeError(f"a target of gradient() is not in the graph of this tensor: {u.op} {u.shape}")
+        g = u.const_like(0)
+      out.append(type(self)(g, device=t.device))
+    return out
+
+  def backward(self, gradient: Optional[TensorBase] = None) -> TensorBase:
+    """Accumulate d self / d t into t.grad for every live tensor t in the graph that requires grad."""
+    in_graph = self.lazydata.toposort
+    needing = [] if type(self).no_grad else [t for t in _live_tensors() if t.requires_grad and t.lazydata in in_graph]
+    if not needing: raise RuntimeError("backward() found no tensor with requires_grad=True in the graph")
+    for t, g in zip(needing, self.gradient(*needing, gradient=gradient, materialize_grads=True)):
+      if g.shape != t.shape: raise RuntimeError(f"grad shape must match tensor shape, {g.shape} != {t.shape}")
+      t.grad = g if t.grad is None else t.grad + g
+    return self
+
+
+def _read_back(tensors: list) -> list[np.ndarray]:
+  """The values of realized tensors, read without capturing the read itself."""
+  values = []
+  with Context(CAPTURE_PROCESS_REPLAY=0):
+    for t in tensors:
+      u = t.lazydata
+      whole_buffer = u.base.op is Ops.BUFFER and u.st is not None and u.st.contiguous and u.size == u.base.size
+      # the usual case, a whole contiguous buffer, is read directly instead of scheduling a copy
+      values.append(u.base.buffer.numpy().reshape(t.shape) if whole_buffer and u.base.realized is not None else t.numpy())
+  return values

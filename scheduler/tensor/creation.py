@@ -1,0 +1,167 @@
+"""Making tensors: filled, ranges, identity, and random numbers.
+
+A mixin of `Tensor` (see `scheduler/tensor/__init__.py`). Constants are CONST UOps broadcast to the
+shape, so they cost no buffer and no kernel until something stores them.
+
+Random numbers: each device has a key (two uint32: a hash of how many devices were seeded before it, and
+the seed from `manual_seed`) and a counter. `rand` hashes consecutive counter values with threefry-2x32 and
+turns the 32-bit words into floats in [0, 1) by filling the mantissa (exponent of 1.0, then minus 1); the
+counter then advances by the words used. The same seed gives the same numbers in every process and on every
+device, so a captured program replays the same values.
+"""
+from __future__ import annotations
+import hashlib, math
+from typing import Optional
+from scheduler.device import Device
+from scheduler.dtype import dtypes, to_dtype
+from scheduler.helpers import argfix, all_int, ceildiv, prod
+from scheduler.ops import UOp, Ops
+
+_UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+_MANTISSA_BITS = {2: 10, 4: 23, 8: 52}
+
+
+class Creation:
+  _seed: int = 0
+  _device_seeds: dict = {}
+  _device_rng_counters: dict = {}
+
+  @classmethod
+  def empty(cls, *shape, **kwargs):
+    dtype, device = to_dtype(kwargs.pop("dtype", dtypes.default_float)), Device.canonicalize(kwargs.pop("device", None))
+    return cls(UOp.metaop(Ops.EMPTY, argfix(*shape), dtype, device), device, dtype, **kwargs)
+
+  @classmethod
+  def from_uop(cls, y: UOp, **kwargs):
+    """A tensor for a symbolic int expression (variables, constants, + and *)."""
+    if y.op is Ops.BIND: return cls(y, **kwargs, requires_grad=False)
+    if y.op is Ops.CONST: return cls(y.arg, **kwargs, requires_grad=False)
+    if y.op in (Ops.ADD, Ops.MUL):
+      left, right = (cls.from_uop(s) for s in y.src)
+      return left + right if y.op is Ops.ADD else left * right
+    raise RuntimeError(f"unhandled UOp {y.op}")
+
+  @classmethod
+  def full(cls, shape: tuple, fill_value, **kwargs):
+    shape = argfix(shape)
+    if any(not (isinstance(s, UOp) or (isinstance(s, int) and s >= 0)) for s in shape): raise ValueError(f"invalid shape {shape}")
+    return cls(fill_value, **kwargs).reshape(tuple(1 for _ in shape)).expand(shape)
+
+  @classmethod
+  def zeros(cls, *shape, **kwargs): return cls.full(argfix(*shape), 0.0, **kwargs)
+  @classmethod
+  def ones(cls, *shape, **kwargs): return cls.full(argfix(*shape), 1.0, **kwargs)
+
+  def full_like(self, fill_value, **kwargs):
+    dtype, device = kwargs.pop("dtype", self.dtype), kwargs.pop("device", self.device)
+    return type(self).full(self.shape, fill_value, dtype=dtype, device=device, **kwargs)
+  def zeros_like(self, **kwargs): return self.full_like(0, **kwargs)
+  def ones_like(self, **kwargs): return self.full_like(1, **kwargs)
+
+  @classmethod
+  def arange(cls, start, stop=None, step=1, **kwargs):
+    """start, start+step, ... below stop: a cumulative sum of `step`s, so it is one reduce kernel (W15)."""
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange step must not be 0")
+    floats = any(isinstance(v, float) for v in (start, stop, step))
+    dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float if floats else dtypes.default_int))
+    count = int(ceildiv(stop - start, step))
+    if count <= 0: return cls([], dtype=dtype, **kwargs)
+    steps = cls.full((count,), step, dtype=dtype, **kwargs)
+    return (steps._cumalu(0, Ops.ADD) + (start - step)).cast(dtype)
+
+  @classmethod
+  def eye(cls, n: int, m: Optional[int] = None, **kwargs):
+    """Ones on the diagonal, from movement ops on a constant: rows of (1, 0 * n) laid end to end."""
+    if n < 0 or (m is not None and m < 0): raise ValueError(f"cannot have negative n={n}, m={m}")
+    square = cls.ones((n, 1), **kwargs).pad((None, (0, n))).flatten().shrink(((0, n * n),)).reshape(n, n)
+    if m is None or m == n: return square
+    return square.pad((None, (0, m - n))) if m > n else square.shrink((None, (0, m)))
+
+  # ***** random numbers *****
+
+  @classmethod
+  def manual_seed(cls, seed=0):
+    cls._seed, cls._device_seeds, cls._device_rng_counters = seed, {}, {}
+
+  @classmethod
+  def _rng_state(cls, device: str, words: int):
+    """(key, counter) of `device`'s generator, reserving `words` 32-bit words."""
+    if device not in cls._device_seeds:
+      stream = int.from_bytes(hashlib.sha256(len(cls._device_seeds).to_bytes(4, "big")).digest(), "big") % 2 ** 32
+      cls._device_seeds[device] = cls([stream, cls._seed], device=device, dtype=dtypes.uint32, requires_grad=False)
+      cls._device_rng_counters[device] = cls([0], device=device, dtype=dtypes.uint32, requires_grad=False)
+    else:
+      counter = cls._device_rng_counters[device]
+      counter.assign(counter + words).contiguous()
+    return cls._device_seeds[device], cls._device_rng_counters[device]
+
+  @staticmethod
+  def _threefry_random_bits(key, low_counts, high_counts):
+    """threefry-2x32 of the 64-bit counters (high << 32 | low), returned as the low words then the high words."""
+    counters = (high_counts.cast(dtypes.uint64) << 32) | low_counts.cast(dtypes.uint64)
+    wide_key = (key[1]._broadcast_to(counters.shape).cast(dtypes.uint64) << 32) | key[0]._broadcast_to(counters.shape).cast(dtypes.uint64)
+    hashed = counters._apply_uop(UOp.threefry, wide_key)
+    low = (hashed & 0xffffffff).cast(dtypes.uint32)
+    high = ((hashed >> 32) & 0xffffffff).cast(dtypes.uint32)
+    return low.cat(high)
+
+  @classmethod
+  def rand(cls, *shape, device: Optional[str] = None, dtype=None, contiguous: bool = True, **kwargs):
+    """Uniform floats in [0, 1) from the device's generator."""
+    dtype = to_dtype(dtype or dtypes.default_float)
+    if not dtypes.is_float(dtype): raise ValueError(f"rand only supports float dtypes, got {dtype}")
+    shape = argfix(*shape)
+    if not all_int(shape) or any(s < 0 for s in shape): raise ValueError(f"invalid input shape={shape}")
+    device = Device.canonicalize(device)
+    count = prod(shape)
+    if count == 0: return cls.zeros(shape, device=device, dtype=dtype, **kwargs)
+    words = ceildiv(count * dtype.itemsize, 4)
+    half = ceildiv(words, 2)
+    key, counter = cls._rng_state(device, words)
+    low_counts = cls.arange(half, device=device, dtype=dtypes.uint32, requires_grad=False) + counter
+    bits = cls._threefry_random_bits(key, low_counts, low_counts + half)[:words]
+    uint = _UINT_OF_SIZE[dtype.itemsize]
+    mantissa = bits.bitcast(uint) >> (8 * dtype.itemsize - _MANTISSA_BITS[dtype.itemsize])
+    exponent_of_one = cls.ones_like(mantissa, device=mantissa.device, dtype=dtype).bitcast(uint)
+    out = (mantissa | exponent_of_one).bitcast(dtype)[:count].sub(1).reshape(shape)
+    out.requires_grad = kwargs.get("requires_grad")
+    return out.contiguous() if contiguous else out
+
+  @classmethod
+  def rand_like(cls, t, **kwargs):
+    return cls.rand(*t.shape, device=kwargs.pop("device", t.device), dtype=kwargs.pop("dtype", t.dtype), **kwargs)
+
+  @classmethod
+  def randn(cls, *shape, dtype=None, requires_grad: Optional[bool] = None, **kwargs):
+    """Standard normal numbers by the Box-Muller transform of two uniform draws."""
+    u = cls.rand((2, *argfix(*shape)), **{**kwargs, "dtype": dtypes.float32})
+    radius = (1 - u[1]).log().mul(-2).sqrt()
+    normal = u[0].mul(2 * math.pi).cos().mul(radius)
+    return normal.cast(to_dtype(dtype or dtypes.default_float)).requires_grad_(requires_grad)
+
+  @classmethod
+  def uniform(cls, *shape, low=0.0, high=1.0, **kwargs):
+    dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    return ((high - low) * cls.rand(*shape, **kwargs)).cast(dtype) + low
+
+  @classmethod
+  def randint(cls, *shape, low=0, high=10, **kwargs):
+    if not isinstance(low, int) or not isinstance(high, int): raise TypeError(f"low={low} and high={high} must be integers")
+    dtype = to_dtype(kwargs.pop("dtype", dtypes.int32))
+    if not dtypes.is_int(dtype): raise TypeError(f"dtype={dtype} must be int")
+    return cls.uniform(*shape, low=low, high=high, dtype=dtype, **kwargs)
+
+  @classmethod
+  def scaled_uniform(cls, *shape, **kwargs):
+    return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(prod(argfix(*shape)) ** -0.5)
+
+  @classmethod
+  def glorot_uniform(cls, *shape, **kwargs):
+    dims = argfix(*shape)
+    return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul((6 / (dims[0] + prod(dims[1:]))) ** 0.5)
+
+  @classmethod
+  def kaiming_uniform(cls, *shape, a: float = 0.01, **kwargs):
+    limit = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(argfix(*shape)[1:]))
+    return cls.uniform(*shape, low=-limit, high=limit, **kwargs)

@@ -1,0 +1,106 @@
+"""Neural-network functions on tensors: normalization, dropout, one-hot, attention, triangular masks, losses.
+
+A mixin of `Tensor`, built from the other ops. `nn/` wraps some of these in layers with parameters.
+"""
+from __future__ import annotations
+import math
+from typing import Optional
+from scheduler.dtype import dtypes, least_upper_dtype
+from scheduler.helpers import argfix
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+class Functional:
+  def layernorm(self, axis=-1, eps: float = 1e-5):
+    centered = self - self.mean(axis, keepdim=True)
+    return centered.mul((centered * centered).mean(axis, keepdim=True).add(eps).rsqrt())
+
+  def batchnorm(self, weight, bias, mean, invstd, axis=1):
+    """(x - mean) * weight * invstd + bias, with the per-channel tensors broadcast along `axis`."""
+    axes = argfix(axis)
+    per_channel = tuple(extent if a in axes else 1 for a, extent in enumerate(self.shape))
+    x = self - mean.reshape(per_channel)
+    if weight is not None: x = x * weight.reshape(per_channel)
+    x = x.mul(invstd.reshape(per_channel) if invstd.ndim == len(axes) else invstd)
+    return x if bias is None else x + bias.reshape(per_channel)
+
+  def dropout(self, p=0.5):
+    if not 0 <= p <= 1: raise ValueError(f"p={p} is out of range [0, 1]")
+    if not type(self).training or p == 0: return self
+    if p == 1: return self.zeros_like()
+    keep = type(self).rand_like(self, requires_grad=False, dtype=dtypes.default_float, contiguous=False) >= p
+    return keep.contiguous().where(self, 0) / (1.0 - p)
+
+  def _one_hot_along_dim(self, num_classes: int, dim: int = -1):
+    """self == arange(num_classes) laid along `dim` (self broadcasts over it)."""
+    if not dtypes.is_int(self.dtype): raise RuntimeError(f"_one_hot_along_dim expects int index tensor, getting {self.dtype}")
+    trailing = self.ndim - self._resolve_dim(dim) - 1
+    classes = type(self).arange(num_classes, device=self.device, requires_grad=False)
+    return self == classes.reshape((num_classes,) + (1,) * trailing)
+
+  def one_hot(self, num_classes: int = -1):
+    if not dtypes.is_int(self.dtype): raise RuntimeError(f"expect integer dtype, getting self.dtype={self.dtype}")
+    if num_classes == -1: num_classes = (self.max() + 1).item()
+    return self[..., None]._one_hot_along_dim(num_classes).where(1, 0)
+
+  def scaled_dot_product_attention(self, key, value, attn_mask: Optional = None, dropout_p: float = 0.0, is_causal: bool = False):
+    scores = self.matmul(key.transpose(-2, -1), dtype=least_upper_dtype(self.dtype, key.dtype, dtypes.float32)) / math.sqrt(self.shape[-1])
+    if is_causal:
+      attn_mask = type(self).ones(scores.shape[-2], scores.shape[-1], requires_grad=False, device=self.device, dtype=dtypes.bool).tril(0)
+    if attn_mask is not None:
+      scores = scores + (attn_mask.where(0, -float("inf")) if attn_mask.dtype == dtypes.bool else attn_mask)
+    return scores.softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
+
+  def _band_mask(self, diagonal: int, lower: bool):
+    """Bool (rows, cols) mask of j - i <= diagonal (lower) or j - i >= diagonal (upper), from movement ops on a
+    constant, so it costs no kernel of its own (the reference's two aranges cost one). A row w of `period`
+    values is repeated and read with a row pitch of period - 1, so T[i, j] = w[j - i + rows - 1]."""
+    rows, cols = self.shape[-2], self.shape[-1]
+    pitch = max(rows + cols - 2, cols)   # j - i + rows - 1 stays in [0, pitch]: no wrap-around
+    period = pitch + 1
+    first_kept = min(max(diagonal + rows - 1, 0), period)      # upper: w[q] = 1 for q >= this
+    last_kept = min(max(diagonal + rows, 0), period)           # lower: w[q] = 1 for q < this
+    ones_at = (0, last_kept) if lower else (first_kept, period)
+    make = type(self)
+    if ones_at[0] == ones_at[1]: row = make.zeros(period, dtype=dtypes.bool, device=self.device, requires_grad=False)
+    else:
+      ones = make.ones(ones_at[1] - ones_at[0], dtype=dtypes.bool, device=self.device, requires_grad=False)
+      row = ones.pad(((ones_at[0], period - ones_at[1]),))
+    tiled = row.reshape(1, period).expand(rows + 1, period).flatten()
+    window = tiled.shrink(((rows - 1, rows - 1 + rows * pitch),)).reshape(rows, pitch)
+    return window.shrink((None, (0, cols)))
+
+  def triu(self, diagonal: int = 0):
+    if 0 in self.shape[-2:]: return self
+    return self._band_mask(diagonal, lower=False).where(self, self.zeros_like())
+
+  def tril(self, diagonal: int = 0):
+    if 0 in self.shape[-2:]: return self
+    return self._band_mask(diagonal, lower=True).where(self, self.zeros_like())
+
+  # ***** losses *****
+
+  @staticmethod
+  def _reduce_loss(loss, reduction: str):
+    if reduction not in REDUCTIONS: raise ValueError(f"reduction must be one of mean, sum, none, got {reduction!r}")
+    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+  def binary_crossentropy(self, Y, reduction: str = "mean"):
+    return self._reduce_loss(-Y * self.log() - (1 - Y) * (1 - self).log(), reduction)
+
+  def binary_crossentropy_logits(self, Y, reduction: str = "mean"):
+    """The same loss on logits, in the form that does not overflow: max(x, 0) - x y + log(1 + exp(-|x|))."""
+    return self._reduce_loss(self.maximum(0) - Y * self + (1 + self.abs().neg().exp()).log(), reduction)
+
+  def sparse_categorical_crossentropy(self, Y, ignore_index: int = -1, label_smoothing=0.0, reduction: str = "mean"):
+    if not 0.0 <= label_smoothing <= 1.0: raise ValueError("label_smoothing must be in [0.0, 1.0]")
+    if reduction not in REDUCTIONS: raise ValueError("reduction must be one of ['mean', 'sum', 'none']")
+    log_probs = self.log_softmax()
+    counted = (Y != ignore_index) if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
+    targets = Y.to(self.device).flatten().reshape(-1, 1)._one_hot_along_dim(self.shape[-1])
+    targets = (targets * counted.reshape(-1, 1)).reshape(*Y.shape, self.shape[-1])
+    smoothing = label_smoothing * (log_probs.mean(-1) * counted)
+    per_sample = (1 - label_smoothing) * (log_probs * targets).sum(-1) + smoothing
+    if reduction == "mean": return -(per_sample.sum() / counted.sum())
+    return -(per_sample.sum() if reduction == "sum" else per_sample)
