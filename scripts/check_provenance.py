@@ -21,8 +21,6 @@ PENDING_REWRITE = {
   "scheduler/tensor/creation.py": "issue 12",
   "scheduler/tensor/movement.py": "issue 12",
   "scheduler/tensor/elementwise.py": "issue 12",
-  "scheduler/tensor/reduce.py": "issue 12",
-  "scheduler/tensor/functional.py": "issue 12",
 }
 
 

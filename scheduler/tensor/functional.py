@@ -12,45 +12,48 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 class Functional:
+  def _require_int(self, message: str) -> None:
+    if not dtypes.is_int(self.dtype): raise RuntimeError(message)
+
   def layernorm(self, axis=-1, eps: float = 1e-5):
+    """(x - mean) / sqrt(var + eps) over `axis` (biased variance)."""
     centered = self - self.mean(axis, keepdim=True)
-    return centered.mul((centered * centered).mean(axis, keepdim=True).add(eps).rsqrt())
+    variance = (centered * centered).mean(axis, keepdim=True)
+    return centered.mul(variance.add(eps).rsqrt())
 
-  def batchnorm(self, weight, bias, mean, invstd, axis=1):
-    """(x - mean) * weight * invstd + bias, with the per-channel tensors broadcast along `axis`."""
-    axes = argfix(axis)
-    per_channel = tuple(extent if a in axes else 1 for a, extent in enumerate(self.shape))
-    x = self - mean.reshape(per_channel)
-    if weight is not None: x = x * weight.reshape(per_channel)
-    x = x.mul(invstd.reshape(per_channel) if invstd.ndim == len(axes) else invstd)
-    return x if bias is None else x + bias.reshape(per_channel)
-
-  def dropout(self, p=0.5):
-    if not 0 <= p <= 1: raise ValueError(f"p={p} is out of range [0, 1]")
-    if not type(self).training or p == 0: return self
-    if p == 1: return self.zeros_like()
-    keep = type(self).rand_like(self, requires_grad=False, dtype=dtypes.default_float, contiguous=False) >= p
-    return keep.contiguous().where(self, 0) / (1.0 - p)
+  def one_hot(self, num_classes: int = -1):
+    self._require_int(f"expect integer dtype, getting self.dtype={self.dtype}")
+    classes = num_classes if num_classes != -1 else (self.max() + 1).item()
+    is_class = self.unsqueeze(-1)._one_hot_along_dim(classes)
+    return is_class.where(1, 0)
 
   def _one_hot_along_dim(self, num_classes: int, dim: int = -1):
     """self == arange(num_classes) laid along `dim` (self broadcasts over it)."""
-    if not dtypes.is_int(self.dtype): raise RuntimeError(f"_one_hot_along_dim expects int index tensor, getting {self.dtype}")
-    trailing = self.ndim - self._resolve_dim(dim) - 1
-    classes = type(self).arange(num_classes, device=self.device, requires_grad=False)
-    return self == classes.reshape((num_classes,) + (1,) * trailing)
+    self._require_int(f"_one_hot_along_dim expects int index tensor, getting {self.dtype}")
+    after = self.ndim - 1 - self._resolve_dim(dim)
+    labels = type(self).arange(num_classes, device=self.device, requires_grad=False).reshape(num_classes, *([1] * after))
+    return self == labels
 
-  def one_hot(self, num_classes: int = -1):
-    if not dtypes.is_int(self.dtype): raise RuntimeError(f"expect integer dtype, getting self.dtype={self.dtype}")
-    if num_classes == -1: num_classes = (self.max() + 1).item()
-    return self[..., None]._one_hot_along_dim(num_classes).where(1, 0)
+  def dropout(self, p=0.5):
+    """In training, zero each element with probability p and scale the rest by 1 / (1 - p)."""
+    if p < 0 or p > 1: raise ValueError(f"p={p} is out of range [0, 1]")
+    if p == 0 or not type(self).training: return self
+    if p == 1: return self.zeros_like()
+    draws = type(self).rand_like(self, requires_grad=False, dtype=dtypes.default_float, contiguous=False)
+    return (draws >= p).contiguous().where(self, 0) / (1.0 - p)
 
   def scaled_dot_product_attention(self, key, value, attn_mask: Optional = None, dropout_p: float = 0.0, is_causal: bool = False):
-    scores = self.matmul(key.transpose(-2, -1), dtype=least_upper_dtype(self.dtype, key.dtype, dtypes.float32)) / math.sqrt(self.shape[-1])
+    """softmax(q k^T / sqrt(d) + mask) v; a bool mask (or is_causal) keeps where True."""
+    score_dtype = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
+    scores = self.matmul(key.transpose(-2, -1), dtype=score_dtype) / math.sqrt(self.shape[-1])
     if is_causal:
-      attn_mask = type(self).ones(scores.shape[-2], scores.shape[-1], requires_grad=False, device=self.device, dtype=dtypes.bool).tril(0)
+      rows, cols = scores.shape[-2:]
+      attn_mask = type(self).ones(rows, cols, requires_grad=False, device=self.device, dtype=dtypes.bool).tril(0)
     if attn_mask is not None:
-      scores = scores + (attn_mask.where(0, -float("inf")) if attn_mask.dtype == dtypes.bool else attn_mask)
-    return scores.softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
+      bias = attn_mask.where(0, -float("inf")) if attn_mask.dtype == dtypes.bool else attn_mask
+      scores = scores + bias
+    weights = scores.softmax(-1).cast(self.dtype).dropout(dropout_p)
+    return weights @ value
 
   def _band_mask(self, diagonal: int, lower: bool):
     """Bool (rows, cols) mask of j - i <= diagonal (lower) or j - i >= diagonal (upper), from movement ops on a
@@ -96,11 +99,22 @@ class Functional:
   def sparse_categorical_crossentropy(self, Y, ignore_index: int = -1, label_smoothing=0.0, reduction: str = "mean"):
     if not 0.0 <= label_smoothing <= 1.0: raise ValueError("label_smoothing must be in [0.0, 1.0]")
     if reduction not in REDUCTIONS: raise ValueError("reduction must be one of ['mean', 'sum', 'none']")
+    classes = self.shape[-1]
     log_probs = self.log_softmax()
-    counted = (Y != ignore_index) if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
-    targets = Y.to(self.device).flatten().reshape(-1, 1)._one_hot_along_dim(self.shape[-1])
-    targets = (targets * counted.reshape(-1, 1)).reshape(*Y.shape, self.shape[-1])
-    smoothing = label_smoothing * (log_probs.mean(-1) * counted)
-    per_sample = (1 - label_smoothing) * (log_probs * targets).sum(-1) + smoothing
-    if reduction == "mean": return -(per_sample.sum() / counted.sum())
-    return -(per_sample.sum() if reduction == "sum" else per_sample)
+    counted = Y.ones_like(dtype=dtypes.bool) if ignore_index == -1 else (Y != ignore_index)   # which samples count
+    one_hot = Y.to(self.device).flatten().reshape(-1, 1)._one_hot_along_dim(classes)
+    one_hot = (one_hot * counted.reshape(-1, 1)).reshape(*Y.shape, classes)
+    picked = (log_probs * one_hot).sum(-1)
+    per_sample = (1 - label_smoothing) * picked + label_smoothing * (log_probs.mean(-1) * counted)
+    if reduction == "none": return -per_sample
+    return -(per_sample.sum() / counted.sum()) if reduction == "mean" else -per_sample.sum()
+
+  def batchnorm(self, weight, bias, mean, invstd, axis=1):
+    """(x - mean) * weight * invstd + bias, with the per-channel tensors broadcast along `axis`."""
+    axes = argfix(axis)
+    def channels(t): return t.reshape([extent if a in axes else 1 for a, extent in enumerate(self.shape)])
+    out = self - channels(mean)
+    if weight is not None: out = out * channels(weight)
+    scale = channels(invstd) if len(axes) == invstd.ndim else invstd
+    out = out.mul(scale)
+    return out + channels(bias) if bias is not None else out

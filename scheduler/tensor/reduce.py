@@ -13,130 +13,178 @@ from scheduler.ops import UOp, Ops, resolve, smax, identity_element
 CUMULATIVE_BLOCK = 256   # cumulative ops over longer axes work in blocks (two small reduces, not one quadratic one)
 
 
+class _Windows:
+  """Movement ops on the last axes of a tensor whose leading axes stay as they are; per-axis arguments
+  are given as one item (or a tuple of items, for axes that were split) per pooled axis."""
+  def __init__(self, x, lead: int): self.x, self.lead = x, lead
+
+  def _flat(self, per_axis: list) -> list: return [part for item in per_axis for part in (item if isinstance(item[0], tuple) else (item,))]
+
+  def pad(self, per_axis: list) -> None: self.x = self.x.pad(tuple([None] * self.lead + per_axis))
+  def shrink(self, per_axis: list) -> None: self.x = self.x.shrink(tuple([None] * self.lead + self._flat(per_axis)))
+  def reshape(self, per_axis: list) -> None:
+    self.x = self.x.reshape(tuple(self.x.shape[:self.lead]) + tuple(d for item in per_axis for d in item))
+
+  def order(self, outer_first: bool):
+    """(..., a0, b0, a1, b1, ...) -> (..., a0, a1, ..., b0, b1, ...) when outer_first, else (..., b0, b1, ..., a0, a1, ...)."""
+    pooled = (self.x.ndim - self.lead) // 2
+    firsts = [self.lead + 2 * a for a in range(pooled)]
+    seconds = [self.lead + 2 * a + 1 for a in range(pooled)]
+    return self.x.permute(*range(self.lead), *(firsts + seconds if outer_first else seconds + firsts))
+
+
 class Reduce:
   def _reduce(self, op: Ops, axis=None, keepdim=False):
-    axes = () if self.ndim == 0 else tuple(self._resolve_dim(a) for a in (range(self.ndim) if axis is None else make_tuple(axis, 1)))
+    """One REDUCE_AXIS over `axis` (all axes when None); without keepdim the reduced axes are dropped."""
+    if self.ndim == 0: axes: tuple = ()
+    else: axes = tuple(self._resolve_dim(a) for a in make_tuple(axis, 1)) if axis is not None else tuple(range(self.ndim))
     reduced = self._apply_uop(UOp.r, op=op, axis=axes)
-    return reduced if keepdim else reduced.reshape(tuple(s for a, s in enumerate(self.shape) if a not in axes))
+    if keepdim: return reduced
+    return reduced.reshape(tuple(extent for a, extent in enumerate(self.shape) if a not in axes))
 
   def _reduced_count(self, axis) -> int:
     """How many elements each output of a reduction over `axis` combines."""
     kept = self._reduce(Ops.ADD, axis, keepdim=True).shape
     return prod(before for before, after in zip(self.shape, kept) if resolve(before != after))
 
+  # max first: min, any and all are built on it
+  def max(self, axis=None, keepdim=False): return self._reduce(Ops.MAX, axis=axis, keepdim=keepdim)
+  def min(self, axis=None, keepdim=False): return self._inverse().max(axis=axis, keepdim=keepdim)._inverse()
+  def any(self, axis=None, keepdim=False): return self.cast(dtypes.bool).max(axis=axis, keepdim=keepdim)
+  def all(self, axis=None, keepdim=False): return self.logical_not().any(axis=axis, keepdim=keepdim).logical_not()
+
   def sum(self, axis=None, keepdim=False, dtype=None):
     """Sums accumulate in at least 32 bits (float16 sums come back as float16)."""
-    total = self.cast(sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype))._reduce(Ops.ADD, axis, keepdim)
-    return total.cast(self.dtype) if dtype is None and self.dtype == dtypes.float16 else total
+    accumulate = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
+    total = self.cast(accumulate)._reduce(Ops.ADD, axis=axis, keepdim=keepdim)
+    narrow_back = dtype is None and self.dtype == dtypes.float16
+    return total.cast(self.dtype) if narrow_back else total
 
   def prod(self, axis=None, keepdim=False, dtype=None):
-    return self.cast(self.dtype if dtype is None else to_dtype(dtype))._reduce(Ops.MUL, axis, keepdim)
-
-  def max(self, axis=None, keepdim=False): return self._reduce(Ops.MAX, axis, keepdim)
-
-  def min(self, axis=None, keepdim=False): return self._inverse().max(axis=axis, keepdim=keepdim)._inverse()
-
-  def any(self, axis=None, keepdim=False): return self.bool().max(axis, keepdim)
-  def all(self, axis=None, keepdim=False): return self.logical_not().any(axis, keepdim).logical_not()
+    as_dtype = self.dtype if dtype is None else to_dtype(dtype)
+    return self.cast(as_dtype)._reduce(Ops.MUL, axis=axis, keepdim=keepdim)
 
   def mean(self, axis=None, keepdim=False):
-    out_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
+    """The sum (in the accumulator dtype) divided by the count; ints average to float32."""
     total = self.cast(sum_acc_dtype(self.dtype)).sum(axis=axis, keepdim=keepdim)
-    return total.div(self._reduced_count(axis)).cast(out_dtype)
+    result_dtype = dtypes.float32 if not dtypes.is_float(self.dtype) else self.dtype
+    return total.div(self._reduced_count(axis)).cast(result_dtype)
 
   def var(self, axis=None, keepdim=False, correction=1):
-    squared = (self - self.mean(axis=axis, keepdim=True)).square()
-    return squared.sum(axis=axis, keepdim=keepdim).div(smax([0, squared._reduced_count(axis) - correction]))
+    deviation = self - self.mean(axis=axis, keepdim=True)
+    squared = deviation.square()
+    dof = smax([0, squared._reduced_count(axis) - correction])
+    return squared.sum(axis=axis, keepdim=keepdim).div(dof)
 
-  def std(self, axis=None, keepdim=False, correction=1): return self.var(axis, keepdim, correction).sqrt()
+  def std(self, axis=None, keepdim=False, correction=1): return self.var(axis=axis, keepdim=keepdim, correction=correction).sqrt()
 
   # ***** softmax family *****
 
   def _shifted_exp(self, axis, dtype=None):
     """(x - max, exp of that, its sum): the max is detached, it only keeps exp from overflowing."""
-    shifted = self - self.max(axis=axis, keepdim=True).detach()
+    peak = self.max(axis=axis, keepdim=True).detach()
+    shifted = self - peak
     if dtype is not None: shifted = shifted.cast(to_dtype(dtype))
     exps = shifted.exp()
-    return shifted, exps, exps.sum(axis=axis, keepdim=True)
-
-  def softmax(self, axis=-1, dtype=None):
-    _, exps, total = self._shifted_exp(axis, dtype)
-    return exps.div(total)
-
-  def log_softmax(self, axis=-1, dtype=None):
-    shifted, _, total = self._shifted_exp(axis, dtype)
-    return shifted - total.log()
+    total = exps.sum(axis=axis, keepdim=True)
+    return shifted, exps, total
 
   def logsumexp(self, axis=None, keepdim=False):
-    top = self.max(axis=axis, keepdim=True)
-    top_out = top if keepdim else (top.squeeze(axis) if axis is not None else top.reshape(()))
-    return (self - top).exp().sum(axis=axis, keepdim=keepdim).log() + top_out
+    peak = self.max(axis=axis, keepdim=True)
+    summed = (self - peak).exp().sum(axis=axis, keepdim=keepdim).log()
+    if keepdim: return summed + peak
+    return summed + (peak.reshape(()) if axis is None else peak.squeeze(axis))
+
+  def softmax(self, axis=-1, dtype=None):
+    parts = self._shifted_exp(axis, dtype)
+    return parts[1].div(parts[2])
+
+  def log_softmax(self, axis=-1, dtype=None):
+    parts = self._shifted_exp(axis, dtype)
+    return parts[0] - parts[2].log()
 
   def argmax(self, axis=None, keepdim=False):
     """The first position of the maximum: max over (is max) * (n, n-1, ..., 1), subtracted from n."""
-    if axis is None: return self.flatten().argmax(0)
-    axis = self._resolve_dim(axis)
-    n = self.shape[axis]
-    countdown = type(self).arange(n, 0, -1, requires_grad=False, device=self.device).reshape(n, *[1] * (self.ndim - axis - 1))
-    hits = (self == self.max(axis=axis, keepdim=True)) * countdown
-    return (n - hits.max(axis=axis, keepdim=keepdim)).cast(dtypes.int32)
+    if axis is None: return self.reshape(-1).argmax(0)
+    dim = self._resolve_dim(axis)
+    n = self.shape[dim]
+    countdown = type(self).arange(n, 0, -1, requires_grad=False, device=self.device).reshape(n, *([1] * (self.ndim - dim - 1)))
+    is_peak = self == self.max(axis=dim, keepdim=True)
+    first = (is_peak * countdown).max(axis=dim, keepdim=keepdim)
+    return (n - first).cast(dtypes.int32)
 
   def argmin(self, axis=None, keepdim=False):
-    flipped = ~self if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else -self
-    return flipped.argmax(axis=axis, keepdim=keepdim)
+    return self._inverse_for_order().argmax(axis=axis, keepdim=keepdim)
+
+  def _inverse_for_order(self):
+    """An order-reversing map for arg-min: ~x for ints and bools, -x for floats."""
+    return ~self if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else -self
 
   # ***** cumulative ops *****
 
   def _cumalu(self, axis: int, op: Ops, _include_initial=False):
-    """Cumulative op along one axis: each output reduces a window over the input padded with the identity."""
+    """Cumulative op along one axis: output k reduces a window that ends at input k, over the input padded
+    in front with n - 1 identities (with _include_initial: n identities, and the last input dropped)."""
     n = self.shape[axis]
     if n == 0 or op not in (Ops.ADD, Ops.MAX): raise ValueError(f"cannot cumulate {op} over an empty axis")
-    padded = self.transpose(axis, -1).pad((n - int(not _include_initial), -int(_include_initial)), value=identity_element(op, self.dtype))
-    windows = padded._pool((n,))
-    return (windows.sum(-1) if op is Ops.ADD else windows.max(-1)).transpose(axis, -1)
+    front, back = (n, -1) if _include_initial else (n - 1, 0)
+    last_axis = self.transpose(axis, -1)
+    windows = last_axis.pad((front, back), value=identity_element(op, self.dtype))._pool((n,))
+    reduced = windows.max(-1) if op is Ops.MAX else windows.sum(-1)
+    return reduced.transpose(axis, -1)
+
+  def cummax(self, axis: int = 0): return self._split_cumalu(axis=axis, op=Ops.MAX)
+  def cumsum(self, axis: int = 0): return self._split_cumalu(axis=axis, op=Ops.ADD)
 
   def _split_cumalu(self, axis: int, op: Ops):
-    axis = self._resolve_dim(axis)
-    if self.ndim == 0 or 0 in self.shape: return self
-    n = self.shape[axis]
-    if not isinstance(n, int) or n <= 2 * CUMULATIVE_BLOCK: return self._cumalu(axis, op)
-    # within blocks, then across the blocks' totals
-    blocks = self.transpose(axis, -1).pad((round_up(n, CUMULATIVE_BLOCK) - n, 0), value=identity_element(op, self.dtype))
-    inside = blocks.unflatten(-1, (-1, CUMULATIVE_BLOCK))._cumalu(-1, op)
-    carried = inside[..., -1]._cumalu(-1, op, _include_initial=True)
-    carried = carried.unsqueeze(-1).expand(*carried.shape, inside.shape[-1])
-    def back(t): return t.flatten(start_dim=-2)[..., -n:].transpose(axis, -1)
-    return back(inside) + back(carried) if op is Ops.ADD else back(inside).maximum(back(carried))
+    """Long axes work in blocks: cumulate inside each block, then add (or max) the running totals of the
+    blocks before it, so no window is longer than 2 * CUMULATIVE_BLOCK."""
+    if 0 in self.shape or self.ndim == 0: return self
+    dim = self._resolve_dim(axis)
+    n = self.shape[dim]
+    short = not isinstance(n, int) or n <= 2 * CUMULATIVE_BLOCK
+    return self._cumalu(dim, op) if short else self._blockwise_cumulate(dim, op, n)
 
-  def cumsum(self, axis: int = 0): return self._split_cumalu(axis, Ops.ADD)
-  def cummax(self, axis: int = 0): return self._split_cumalu(axis, Ops.MAX)
+  def _blockwise_cumulate(self, dim: int, op: Ops, n: int):
+    padded = n + (-n) % CUMULATIVE_BLOCK
+    rows = self.transpose(dim, -1).pad((padded - n, 0), value=identity_element(op, self.dtype))
+    within = rows.unflatten(-1, (padded // CUMULATIVE_BLOCK, CUMULATIVE_BLOCK))._cumalu(-1, op)
+    totals = within[..., CUMULATIVE_BLOCK - 1]._cumalu(-1, op, _include_initial=True)   # what each block starts from
+    carried = totals.reshape(*totals.shape, 1).expand(*totals.shape, CUMULATIVE_BLOCK)
+    parts = [t.flatten(start_dim=-2)[..., padded - n:].transpose(dim, -1) for t in (within, carried)]
+    return parts[0] + parts[1] if op is Ops.ADD else parts[0].maximum(parts[1])
 
   # ***** sliding windows *****
 
   def _pool(self, kernel: tuple, stride=1, dilation=1):
-    """Windows over the last len(kernel) axes: shape (..., *out, *kernel), built from movement ops."""
-    if self.ndim < len(kernel): raise ValueError(f"can't pool {self.shape} with {kernel}")
-    strides, dilations = make_tuple(stride, len(kernel)), make_tuple(dilation, len(kernel))
-    lead, sizes = [None] * (self.ndim - len(kernel)), self.shape[-len(kernel):]
-    if any(not resolve(d * (k - 1) + 1 <= i) for k, d, i in zip(kernel, dilations, sizes)):
-      raise ValueError("kernel size cannot be greater than actual input size")
-    outs = [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(sizes, dilations, kernel, strides)]
-    nl = len(lead)
-    if any(resolve(k > s) for k, s in zip(kernel, strides)) or any(d != 1 for d in dilations):
-      # overlapping or dilated windows: repeat the input k times, then read it diagonally
-      grow = [1 + int(resolve(o * s > i - d * (k - 1))) for o, s, i, d, k in zip(outs, strides, sizes, dilations, kernel)]
-      spans = [i * g + d for i, g, d in zip(sizes, grow, dilations)]
-      x = self.repeat([1] * nl + [ceildiv(k * span, i) for k, span, i in zip(kernel, spans, sizes)])
-      x = x.shrink(tuple(lead + [(0, k * span) for k, span in zip(kernel, spans)])).reshape(lead + flatten((k, span) for k, span in zip(kernel, spans)))
-      x = x.shrink(tuple(lead + flatten(((0, k), (0, o * s)) for k, o, s in zip(kernel, outs, strides))))
-      x = x.reshape(lead + flatten((k, o, s) for k, o, s in zip(kernel, outs, strides)))
-      x = x.shrink(tuple(lead + flatten(((0, k), (0, o), (0, 1)) for k, o in zip(kernel, outs)))).reshape(lead + flatten((k, o) for k, o in zip(kernel, outs)))
-      return x.permute(*range(nl), *[nl + 2 * a + 1 for a in range(len(sizes))], *[nl + 2 * a for a in range(len(sizes))])
-    # windows that do not overlap: cut the axis into (out, stride) blocks and keep the first k of each
-    x = self.pad(tuple(lead + [(0, max(0, o * s - i)) for i, o, s in zip(sizes, outs, strides)]))
-    x = x.shrink(tuple(lead + [(0, o * s) for o, s in zip(outs, strides)])).reshape(lead + flatten((o, s) for o, s in zip(outs, strides)))
-    x = x.shrink(tuple(lead + flatten(((0, o), (0, k)) for o, k in zip(outs, kernel))))
-    return x.permute(*range(nl), *[nl + 2 * a for a in range(len(sizes))], *[nl + 2 * a + 1 for a in range(len(sizes))])
+    """Windows over the last len(kernel) axes, as shape (..., *out, *kernel), from movement ops only."""
+    nk = len(kernel)
+    if self.ndim < nk: raise ValueError(f"can't pool {self.shape} with {kernel}")
+    lead, sizes = self.shape[:-nk], self.shape[-nk:]
+    steps, gaps = make_tuple(stride, nk), make_tuple(dilation, nk)
+    spans = [g * (k - 1) + 1 for k, g in zip(kernel, gaps)]            # input extent one window covers
+    if not all(resolve(span <= size) for span, size in zip(spans, sizes)): raise ValueError("kernel size cannot be greater than actual input size")
+    outs = [ceildiv(size - span + 1, step) for size, span, step in zip(sizes, spans, steps)]
+    w = _Windows(self, len(lead))
+    if all(not resolve(k > step) for k, step in zip(kernel, steps)) and all(g == 1 for g in gaps):
+      # windows that do not overlap: cut each axis into (out, stride) blocks and keep the first k of each
+      shortfall = [o * step - size for o, step, size in zip(outs, steps, sizes)]
+      w.pad([(0, max(0, missing)) for missing in shortfall])
+      w.shrink([(0, o * step) for o, step in zip(outs, steps)])
+      w.reshape([(o, step) for o, step in zip(outs, steps)])
+      w.shrink([((0, o), (0, k)) for o, k in zip(outs, kernel)])
+      return w.order(outer_first=True)
+    # overlapping or dilated windows: tile the input k times per axis, then read the tiles diagonally
+    grow = [1 + int(resolve(o * step > size - span + 1)) for o, step, size, span in zip(outs, steps, sizes, spans)]
+    rows = [size * g + gap for size, g, gap in zip(sizes, grow, gaps)]  # one tile row: the input (repeated) plus a gap
+    w.x = w.x.repeat([1] * len(lead) + [ceildiv(k * row, size) for k, row, size in zip(kernel, rows, sizes)])
+    w.shrink([(0, k * row) for k, row in zip(kernel, rows)])
+    w.reshape([(k, row) for k, row in zip(kernel, rows)])
+    w.shrink([((0, k), (0, o * step)) for k, o, step in zip(kernel, outs, steps)])
+    w.reshape([(k, o, step) for k, o, step in zip(kernel, outs, steps)])
+    w.shrink([((0, k), (0, o), (0, 1)) for k, o in zip(kernel, outs)])
+    w.reshape([(k, o) for k, o in zip(kernel, outs)])
+    return w.order(outer_first=False)
 
   def _resolve_pool_pads(self, padding, dims: int) -> Sequence[int]:
     """Flat pads (last axis first) from an int, one pad per axis, or two per axis."""
@@ -145,34 +193,40 @@ class Reduce:
     if len(padding) != dims: raise ValueError(f"padding must be an int or a sequence of length {dims} or {2 * dims}, got {padding}")
     return [p for p in reversed(padding) for _ in range(2)]
 
-  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, count_include_pad=True):
+  def _windows_of(self, kernel_size, stride, dilation, padding, value=0.0):
     kernel = make_tuple(kernel_size, 2)
-    pads = self._resolve_pool_pads(padding, len(kernel))
-    step = kernel if stride is None else stride
-    axes = tuple(range(-len(kernel), 0))
-    windows = self.pad(pads)._pool(kernel, step, dilation)
+    padded = self.pad(self._resolve_pool_pads(padding, len(kernel)), value=value)
+    return padded._pool(kernel, kernel if stride is None else stride, dilation), tuple(range(-len(kernel), 0))
+
+  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, count_include_pad=True):
+    windows, axes = self._windows_of(kernel_size, stride, dilation, padding)
     if count_include_pad: return windows.mean(axis=axes)
-    return windows.sum(axis=axes) / self.ones_like().pad(pads)._pool(kernel, step, dilation).sum(axis=axes)
+    counted, _ = self.ones_like()._windows_of(kernel_size, stride, dilation, padding)
+    return windows.sum(axis=axes) / counted.sum(axis=axes)
 
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0):
-    kernel = make_tuple(kernel_size, 2)
-    pads = self._resolve_pool_pads(padding, len(kernel))
-    windows = self.pad(pads, value=dtypes.min(self.dtype))._pool(kernel, kernel if stride is None else stride, dilation)
-    return windows.max(tuple(range(-len(kernel), 0)))
+    windows, axes = self._windows_of(kernel_size, stride, dilation, padding, value=dtypes.min(self.dtype))
+    return windows.max(axes)
 
   def conv2d(self, weight, bias=None, groups=1, stride=1, dilation=1, padding=0, dtype=None):
     """Convolution as one reduce: input windows (bs, groups, cin, 1, *out, *k) times weights, summed over cin and k."""
-    (bs, channels), (cout, cin), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
+    bs, channels = self.shape[:2]
+    cout, cin = weight.shape[:2]
+    kernel = weight.shape[2:]
     if groups * cin != channels or self.ndim != weight.ndim:
       raise ValueError(f"input shape {self.shape} does not match the shape of the weights {weight.shape} ({groups * cin} vs. {channels})")
     windows = self.pad(self._resolve_pool_pads(padding, len(kernel)))._pool(kernel, stride, dilation)
-    per_group, out = cout // groups, windows.shape[2:-len(kernel)]
-    nk, no = len(kernel), len(out)
-    x = windows.reshape(bs, groups, cin, 1, *out, *kernel).expand(bs, groups, cin, per_group, *out, *kernel)
-    x = x.permute(0, 1, 3, *[4 + a for a in range(no)], 2, *[4 + no + a for a in range(nk)])
-    products = x * weight.reshape(1, groups, per_group, *[1] * no, cin, *kernel)
-    result = products.sum([-1 - a for a in range(1 + no)], keepdim=True, dtype=dtype).reshape(bs, cout, *out)
-    return result if bias is None else result.add(bias.reshape(1, -1, *[1] * nk))
+    out = windows.shape[2:2 + len(kernel)]
+    per_group, no, nk = cout // groups, len(out), len(kernel)
+    grouped = windows.reshape(bs, groups, cin, 1, *out, *kernel)
+    spread = grouped.expand(bs, groups, cin, per_group, *out, *kernel)
+    # -> (bs, groups, per_group, *out, cin, *kernel): the reduced axes last
+    order = [0, 1, 3] + [4 + a for a in range(no)] + [2] + [4 + no + a for a in range(nk)]
+    products = spread.permute(order) * weight.reshape(1, groups, per_group, *([1] * no), cin, *kernel)
+    reduced_axes = [-(a + 1) for a in range(no + 1)]
+    result = products.sum(reduced_axes, keepdim=True, dtype=dtype).reshape(bs, cout, *out)
+    if bias is None: return result
+    return result.add(bias.reshape(1, -1, *([1] * nk)))
 
   # ***** products *****
 
@@ -187,7 +241,9 @@ class Reduce:
     out_dtype = least_upper_dtype(x.dtype, w.dtype) if dtype is None else to_dtype(dtype)
     return (x * w).sum(-1, dtype=dtype).cast(out_dtype)
 
-  def matmul(self, x, reverse=False, dtype=None): return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
+  def matmul(self, x, reverse=False, dtype=None):
+    left, right = (x, self) if reverse else (self, x)
+    return left.dot(right, dtype=dtype)
   def __matmul__(self, x): return self.matmul(x)
   def __rmatmul__(self, x): return self.matmul(x, True)
 
