@@ -28,14 +28,16 @@ class Creation:
 
   @classmethod
   def empty(cls, *shape, **kwargs):
-    dtype, device = to_dtype(kwargs.pop("dtype", dtypes.default_float)), Device.canonicalize(kwargs.pop("device", None))
-    return cls(UOp.metaop(Ops.EMPTY, argfix(*shape), dtype, device), device, dtype, **kwargs)
+    """An unallocated buffer of the shape (its contents are whatever memory holds)."""
+    device = Device.canonicalize(kwargs.pop("device", None))
+    dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    buffer = UOp.metaop(Ops.EMPTY, argfix(*shape), dtype, device)
+    return cls(buffer, device, dtype, **kwargs)
 
   @classmethod
   def from_uop(cls, y: UOp, **kwargs):
     """A tensor for a symbolic int expression (variables, constants, + and *)."""
-    if y.op is Ops.BIND: return cls(y, **kwargs, requires_grad=False)
-    if y.op is Ops.CONST: return cls(y.arg, **kwargs, requires_grad=False)
+    if y.op in (Ops.BIND, Ops.CONST): return cls(y if y.op is Ops.BIND else y.arg, requires_grad=False, **kwargs)
     if y.op in (Ops.ADD, Ops.MUL):
       left, right = (cls.from_uop(s) for s in y.src)
       return left + right if y.op is Ops.ADD else left * right
@@ -53,10 +55,12 @@ class Creation:
   def ones(cls, *shape, **kwargs): return cls.full(argfix(*shape), 1.0, **kwargs)
 
   def full_like(self, fill_value, **kwargs):
-    dtype, device = kwargs.pop("dtype", self.dtype), kwargs.pop("device", self.device)
-    return type(self).full(self.shape, fill_value, dtype=dtype, device=device, **kwargs)
-  def zeros_like(self, **kwargs): return self.full_like(0, **kwargs)
-  def ones_like(self, **kwargs): return self.full_like(1, **kwargs)
+    """`fill_value` in this tensor's shape, dtype and device (the last two can be overridden)."""
+    options = {"dtype": self.dtype, "device": self.device, **kwargs}
+    return type(self).full(self.shape, fill_value, **options)
+
+  def ones_like(self, **kwargs): return self.full_like(fill_value=1, **kwargs)
+  def zeros_like(self, **kwargs): return self.full_like(fill_value=0, **kwargs)
 
   @classmethod
   def arange(cls, start, stop=None, step=1, **kwargs):
@@ -73,38 +77,43 @@ class Creation:
   @classmethod
   def eye(cls, n: int, m: Optional[int] = None, **kwargs):
     """Ones on the diagonal, from movement ops on a constant: rows of (1, 0 * n) laid end to end."""
-    if n < 0 or (m is not None and m < 0): raise ValueError(f"cannot have negative n={n}, m={m}")
-    square = cls.ones((n, 1), **kwargs).pad((None, (0, n))).flatten().shrink(((0, n * n),)).reshape(n, n)
-    if m is None or m == n: return square
-    return square.pad((None, (0, m - n))) if m > n else square.shrink((None, (0, m)))
+    if min(n, n if m is None else m) < 0: raise ValueError(f"cannot have negative n={n}, m={m}")
+    one_then_zeros = cls.ones((n, 1), **kwargs).pad(((0, 0), (0, n)))   # (n, n + 1)
+    square = one_then_zeros.flatten()[:n * n].reshape(n, n)
+    cols = n if m is None else m
+    if cols > n: return square.pad((None, (0, cols - n)))
+    return square if cols == n else square.shrink((None, (0, cols)))
 
   # ***** random numbers *****
 
   @classmethod
   def manual_seed(cls, seed=0):
-    cls._seed, cls._device_seeds, cls._device_rng_counters = seed, {}, {}
+    """Restart every device's generator from `seed`."""
+    cls._device_rng_counters = {}
+    cls._device_seeds = {}
+    cls._seed = seed
 
   @classmethod
   def _rng_state(cls, device: str, words: int):
     """(key, counter) of `device`'s generator, reserving `words` 32-bit words."""
-    if device not in cls._device_seeds:
-      stream = int.from_bytes(hashlib.sha256(len(cls._device_seeds).to_bytes(4, "big")).digest(), "big") % 2 ** 32
-      cls._device_seeds[device] = cls([stream, cls._seed], device=device, dtype=dtypes.uint32, requires_grad=False)
-      cls._device_rng_counters[device] = cls([0], device=device, dtype=dtypes.uint32, requires_grad=False)
-    else:
-      counter = cls._device_rng_counters[device]
-      counter.assign(counter + words).contiguous()
-    return cls._device_seeds[device], cls._device_rng_counters[device]
+    seeds, counters = cls._device_seeds, cls._device_rng_counters
+    if device in seeds:
+      counters[device].assign(counters[device] + words).contiguous()
+      return seeds[device], counters[device]
+    stream = int.from_bytes(hashlib.sha256(len(seeds).to_bytes(4, "big")).digest(), "big") % 2 ** 32
+    def words_on_device(values): return cls(values, device=device, dtype=dtypes.uint32, requires_grad=False)
+    seeds[device], counters[device] = words_on_device([stream, cls._seed]), words_on_device([0])
+    return seeds[device], counters[device]
 
   @staticmethod
   def _threefry_random_bits(key, low_counts, high_counts):
     """threefry-2x32 of the 64-bit counters (high << 32 | low), returned as the low words then the high words."""
-    counters = (high_counts.cast(dtypes.uint64) << 32) | low_counts.cast(dtypes.uint64)
-    wide_key = (key[1]._broadcast_to(counters.shape).cast(dtypes.uint64) << 32) | key[0]._broadcast_to(counters.shape).cast(dtypes.uint64)
+    def joined(high, low): return (high.cast(dtypes.uint64) << 32) | low.cast(dtypes.uint64)
+    counters = joined(high_counts, low_counts)
+    wide_key = joined(key[1]._broadcast_to(counters.shape), key[0]._broadcast_to(counters.shape))
     hashed = counters._apply_uop(UOp.threefry, wide_key)
-    low = (hashed & 0xffffffff).cast(dtypes.uint32)
-    high = ((hashed >> 32) & 0xffffffff).cast(dtypes.uint32)
-    return low.cat(high)
+    words = [(part & 0xffffffff).cast(dtypes.uint32) for part in (hashed, hashed >> 32)]
+    return words[0].cat(words[1])
 
   @classmethod
   def rand(cls, *shape, device: Optional[str] = None, dtype=None, contiguous: bool = True, **kwargs):
@@ -124,44 +133,56 @@ class Creation:
     uint = _UINT_OF_SIZE[dtype.itemsize]
     mantissa = bits.bitcast(uint) >> (8 * dtype.itemsize - _MANTISSA_BITS[dtype.itemsize])
     exponent_of_one = cls.ones_like(mantissa, device=mantissa.device, dtype=dtype).bitcast(uint)
-    out = (mantissa | exponent_of_one).bitcast(dtype)[:count].sub(1).reshape(shape)
+    floats = (mantissa | exponent_of_one).bitcast(dtype)            # in [1, 2)
+    out = floats[:count].sub(1).reshape(shape)
     out.requires_grad = kwargs.get("requires_grad")
-    return out.contiguous() if contiguous else out
+    if not contiguous: return out
+    return out.contiguous()
 
   @classmethod
   def rand_like(cls, t, **kwargs):
-    return cls.rand(*t.shape, device=kwargs.pop("device", t.device), dtype=kwargs.pop("dtype", t.dtype), **kwargs)
+    options = {"device": t.device, "dtype": t.dtype, **kwargs}
+    return cls.rand(*t.shape, **options)
 
   @classmethod
   def randn(cls, *shape, dtype=None, requires_grad: Optional[bool] = None, **kwargs):
     """Standard normal numbers by the Box-Muller transform of two uniform draws."""
-    u = cls.rand((2, *argfix(*shape)), **{**kwargs, "dtype": dtypes.float32})
-    radius = (1 - u[1]).log().mul(-2).sqrt()
-    normal = u[0].mul(2 * math.pi).cos().mul(radius)
-    return normal.cast(to_dtype(dtype or dtypes.default_float)).requires_grad_(requires_grad)
+    kwargs["dtype"] = dtypes.float32
+    pair = cls.rand((2, *argfix(*shape)), **kwargs)
+    angle, radius = pair[0].mul(2 * math.pi), (1 - pair[1]).log().mul(-2).sqrt()
+    return angle.cos().mul(radius).cast(to_dtype(dtype or dtypes.default_float)).requires_grad_(requires_grad)
+
+  # uniform draws in [low, high) and the initialisations built on them
 
   @classmethod
   def uniform(cls, *shape, low=0.0, high=1.0, **kwargs):
-    dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float))
-    return ((high - low) * cls.rand(*shape, **kwargs)).cast(dtype) + low
+    out_dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    spread = (high - low) * cls.rand(*shape, **kwargs)
+    return spread.cast(out_dtype) + low
 
   @classmethod
   def randint(cls, *shape, low=0, high=10, **kwargs):
-    if not isinstance(low, int) or not isinstance(high, int): raise TypeError(f"low={low} and high={high} must be integers")
-    dtype = to_dtype(kwargs.pop("dtype", dtypes.int32))
-    if not dtypes.is_int(dtype): raise TypeError(f"dtype={dtype} must be int")
-    return cls.uniform(*shape, low=low, high=high, dtype=dtype, **kwargs)
+    if not (isinstance(low, int) and isinstance(high, int)): raise TypeError(f"low={low} and high={high} must be integers")
+    out_dtype = to_dtype(kwargs.pop("dtype", dtypes.int32))
+    if not dtypes.is_int(out_dtype): raise TypeError(f"dtype={out_dtype} must be int")
+    return cls.uniform(*shape, low=low, high=high, dtype=out_dtype, **kwargs)
+
+  @classmethod
+  def _symmetric(cls, shape: tuple, limit: float, **kwargs):
+    return cls.uniform(*shape, low=-limit, high=limit, **kwargs)
 
   @classmethod
   def scaled_uniform(cls, *shape, **kwargs):
-    return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(prod(argfix(*shape)) ** -0.5)
+    return cls._symmetric(shape, 1.0, **kwargs).mul(prod(argfix(*shape)) ** -0.5)
 
   @classmethod
   def glorot_uniform(cls, *shape, **kwargs):
     dims = argfix(*shape)
-    return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul((6 / (dims[0] + prod(dims[1:]))) ** 0.5)
+    fan_sum = dims[0] + prod(dims[1:])
+    return cls._symmetric(shape, 1.0, **kwargs).mul((6 / fan_sum) ** 0.5)
 
   @classmethod
   def kaiming_uniform(cls, *shape, a: float = 0.01, **kwargs):
-    limit = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(argfix(*shape)[1:]))
-    return cls.uniform(*shape, low=-limit, high=limit, **kwargs)
+    fan_in = prod(argfix(*shape)[1:])
+    gain = math.sqrt(2.0 / (1 + a ** 2))
+    return cls._symmetric(shape, math.sqrt(3.0) * gain / math.sqrt(fan_in), **kwargs)

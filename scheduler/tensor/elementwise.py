@@ -36,17 +36,7 @@ class Elementwise:
 
   def neg(self): return self.logical_not() if self.dtype == dtypes.bool else self * -1
 
-  # ***** unary, composed *****
-
-  def exp(self): return self.mul(LOG2_E).exp2()
-  def log(self): return self.log2() * math.log(2)
-  def rsqrt(self): return self.reciprocal().sqrt()
-  def cos(self): return ((math.pi / 2) - self).sin()
-  def tan(self): return self.sin() / self.cos()
-  def square(self): return self * self
-  def sign(self): return self.ne(0).where((self < 0).where(self.full_like(-1), self.full_like(1)), self.full_like(0)) + self * 0
-  def abs(self): return self * self.sign()
-  def trunc(self): return self.cast(dtypes.int32).cast(self.dtype) if dtypes.is_float(self.dtype) else self
+  # ***** unary, composed (the table _COMPOSED below adds the ones without parameters) *****
 
   def ceil(self):
     whole = self.trunc()
@@ -63,63 +53,57 @@ class Elementwise:
     return ((self > 0) == even).where((self - 0.5).ceil(), (self + 0.5).floor())
 
   def clip(self, min_=None, max_=None):
-    if min_ is None and max_ is None: raise RuntimeError("at least one of 'min_' or 'max_' must not be None")
-    low = self if min_ is None else self.maximum(min_)
-    return low if max_ is None else low.minimum(max_)
+    if (min_, max_) == (None, None): raise RuntimeError("at least one of 'min_' or 'max_' must not be None")
+    out = self
+    if min_ is not None: out = out.maximum(min_)
+    if max_ is not None: out = out.minimum(max_)
+    return out
 
-  def clamp(self, min_=None, max_=None): return self.clip(min_, max_)
+  def clamp(self, min_=None, max_=None): return self.clip(min_=min_, max_=max_)
 
-  # activations
-  def relu(self): return (self > 0).where(self, 0)
-  def sigmoid(self): return (1 + (self * -LOG2_E).exp2()).reciprocal()
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5):
     line = alpha * self + beta
     return line.relu() - (line - 1).relu()
-  def tanh(self): return 2.0 * (2.0 * self).sigmoid() - 1.0
-  def elu(self, alpha=1.0): return self.relu() - alpha * (1 - self.exp()).relu()
-  def swish(self): return self * self.sigmoid()
-  def silu(self): return self.swish()
-  def relu6(self): return self.relu() - (self - 6).relu()
-  def gelu(self): return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
-  def quick_gelu(self): return self * (self * 1.702).sigmoid()
-  def leakyrelu(self, neg_slope=0.01): return self.relu() - (-neg_slope * self).relu()
-  def softplus(self, beta=1): return (1 / beta) * (1 + (self * beta).exp()).log()
-  def mish(self): return self * self.softplus().tanh()
+
+  def elu(self, alpha=1.0):
+    negative_part = (1 - self.exp()).relu()
+    return self.relu() - alpha * negative_part
+
+  def leakyrelu(self, neg_slope=0.01):
+    leak = (-neg_slope * self).relu()
+    return self.relu() - leak
+
+  def softplus(self, beta=1):
+    scaled = (self * beta).exp()
+    return (1 / beta) * (1 + scaled).log()
 
   # ***** binary *****
 
-  def add(self, x, reverse=False): return self._binop(Ops.ADD, x, reverse)
-  def mul(self, x, reverse=False): return self._binop(Ops.MUL, x, reverse)
-  def idiv(self, x, reverse=False): return self._binop(Ops.IDIV, x, reverse)
-  def xor(self, x, reverse=False): return self._binop(Ops.XOR, x, reverse)
-  def bitwise_and(self, x, reverse=False): return self._binop(Ops.AND, x, reverse)
-  def bitwise_or(self, x, reverse=False): return self._binop(Ops.OR, x, reverse)
-  def maximum(self, x): return self._binop(Ops.MAX, x)
-  def ne(self, x): return self._binop(Ops.CMPNE, x)
-
   def sub(self, x, reverse=False):
-    a, b = self._broadcasted(x, reverse)
-    return a + (-b)
+    pair = self._broadcasted(x, reverse)
+    return pair[0] + pair[1].neg()
 
   def div(self, x, reverse=False, rounding_mode=None):
     """True division in float; rounding_mode 'trunc' or 'floor' rounds and keeps an int numerator's dtype."""
+    if rounding_mode not in (None, "trunc", "floor"): raise RuntimeError(f"rounding_mode={rounding_mode!r} is not supported")
     top, bottom = self._broadcasted(x, reverse)
-    quotient = top.cast(least_upper_float(top.dtype)) * bottom.cast(least_upper_float(bottom.dtype)).reciprocal()
+    def as_float(t): return t.cast(least_upper_float(t.dtype))
+    quotient = as_float(top) * as_float(bottom).reciprocal()
     if rounding_mode is None: return quotient
-    if rounding_mode not in ("trunc", "floor"): raise RuntimeError(f"rounding_mode={rounding_mode!r} is not supported")
-    rounded = quotient.trunc() if rounding_mode == "trunc" else quotient.floor()
-    return rounded.cast(top.dtype if dtypes.is_int(top.dtype) else quotient.dtype)
+    rounded = quotient.floor() if rounding_mode == "floor" else quotient.trunc()
+    return rounded.cast(quotient.dtype if not dtypes.is_int(top.dtype) else top.dtype)
 
   def mod(self, x, reverse=False):
     """Python's modulo (the result has the divisor's sign), from the IR's C-style remainder."""
-    a, b = self._broadcasted(x, reverse)
-    rem = a._apply_uop(lambda u, v: u.alu(Ops.MOD, v), b)
-    signs_differ = ((rem < 0) & (b > 0)) | ((rem > 0) & (b < 0))
-    return rem + b * signs_differ
+    dividend, divisor = self._broadcasted(x, reverse)
+    rem = dividend._apply_uop(lambda u, v: u.alu(Ops.MOD, v), divisor)
+    fix = ((rem > 0) & (divisor < 0)) | ((rem < 0) & (divisor > 0))
+    return rem + divisor * fix
 
   def bitwise_not(self):
-    if self.dtype != dtypes.bool and not dtypes.is_int(self.dtype): raise RuntimeError(f"{self.dtype} is not supported")
-    return self.logical_not() if self.dtype == dtypes.bool else self ^ -1
+    if self.dtype == dtypes.bool: return self.logical_not()
+    if not dtypes.is_int(self.dtype): raise RuntimeError(f"{self.dtype} is not supported")
+    return self ^ -1
 
   def _check_shift(self, x) -> None:
     if not dtypes.is_unsigned(self.dtype) or not isinstance(x, int) or x < 0: raise RuntimeError(f"not supported self.dtype={self.dtype} x={x}")
@@ -151,28 +135,34 @@ class Elementwise:
     return ~self if dtypes.is_int(self.dtype) else self.logical_not()
 
   def minimum(self, x):
-    a, b = self._broadcasted(x)
-    return a._inverse().maximum(b._inverse())._inverse()
+    """min(a, b) = inverse(max(inverse(a), inverse(b)))."""
+    pair = self._broadcasted(x)
+    return pair[0]._inverse().maximum(pair[1]._inverse())._inverse()
 
   def where(self, x, y):
+    """x where self is true, else y (python numbers take the other branch's dtype)."""
     if isinstance(x, TensorBase): x, y = x._broadcasted(y)
-    elif isinstance(y, TensorBase): y, x = y._broadcasted(x)
-    condition, x = self._broadcasted(x, match_dtype=False)
-    condition, y = condition._broadcasted(y, match_dtype=False)
-    x, y = x._broadcasted(y)
-    return condition.cast(dtypes.bool)._apply_uop(lambda c, a, b: c.alu(Ops.WHERE, a, b), x, y)
+    elif isinstance(y, TensorBase): x, y = reversed(y._broadcasted(x))
+    # the condition broadcasts with each branch without changing dtypes, then the branches with each other
+    cond, branches = self, []
+    for branch in (x, y):
+      cond, branch = cond._broadcasted(branch, match_dtype=False)
+      branches.append(branch)
+    on_true, on_false = branches[0]._broadcasted(branches[1])
+    return cond.cast(dtypes.bool)._apply_uop(lambda c, a, b: c.alu(Ops.WHERE, a, b), on_true, on_false)
 
   def masked_fill(self, mask, value): return mask.where(value, self)
 
   # ***** comparisons (results are bool tensors) *****
 
+  # only CMPLT and CMPNE exist: > swaps the operands, the others negate
   def __lt__(self, x): return self._binop(Ops.CMPLT, x)
   def __gt__(self, x): return self._binop(Ops.CMPLT, x, reverse=True)
   def __ne__(self, x): return self.ne(x)  # type: ignore[override]
-  def __eq__(self, x): return self.ne(x).logical_not()  # type: ignore[override]
-  def __ge__(self, x): return (self < x).logical_not()
-  def __le__(self, x): return (self > x).logical_not()
-  def eq(self, x): return self == x
+  def __le__(self, x): return self.__gt__(x).logical_not()
+  def __ge__(self, x): return self.__lt__(x).logical_not()
+  def __eq__(self, x): return self.__ne__(x).logical_not()  # type: ignore[override]
+  def eq(self, x): return self.__eq__(x)
 
   # ***** casts *****
 
@@ -199,6 +189,57 @@ class Elementwise:
   def long(self): return self.cast(dtypes.int64)
   def bool(self): return self.cast(dtypes.bool)
 
+
+def _sign(x):
+  magnitude_one = (x < 0).where(x.full_like(-1), x.full_like(1))
+  return x.ne(0).where(magnitude_one, x.full_like(0)) + x * 0   # + x * 0 keeps NaN as NaN
+
+
+def _trunc(x):
+  if not dtypes.is_float(x.dtype): return x
+  return x.cast(dtypes.int32).cast(x.dtype)
+
+
+def _gelu(x):
+  inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+  return 0.5 * x * (1 + inner.tanh())
+
+
+# composed unary ops without parameters: name -> definition in terms of other ops
+_COMPOSED = {
+  "exp": lambda x: x.mul(LOG2_E).exp2(),
+  "log": lambda x: x.log2() * math.log(2),
+  "rsqrt": lambda x: x.reciprocal().sqrt(),
+  "cos": lambda x: ((math.pi / 2) - x).sin(),
+  "tan": lambda x: x.sin() / x.cos(),
+  "square": lambda x: x * x,
+  "sign": _sign,
+  "abs": lambda x: x * x.sign(),
+  "trunc": _trunc,
+  "relu": lambda x: (x > 0).where(x, 0),
+  "relu6": lambda x: x.relu() - (x - 6).relu(),
+  "sigmoid": lambda x: (1 + (x * -LOG2_E).exp2()).reciprocal(),
+  "tanh": lambda x: 2.0 * (2.0 * x).sigmoid() - 1.0,
+  "swish": lambda x: x * x.sigmoid(),
+  "silu": lambda x: x.swish(),
+  "gelu": _gelu,
+  "quick_gelu": lambda x: x * (x * 1.702).sigmoid(),
+  "mish": lambda x: x * x.softplus().tanh(),
+}
+for _name, _definition in _COMPOSED.items(): setattr(Elementwise, _name, _definition)
+
+# binary ops that are one ALU op after broadcasting: name -> op (reverse=True puts the tensor on the right)
+_ONE_OP = {"add": Ops.ADD, "mul": Ops.MUL, "idiv": Ops.IDIV, "xor": Ops.XOR, "bitwise_and": Ops.AND, "bitwise_or": Ops.OR}
+
+
+def _one_op(op: Ops):
+  def method(self, x, reverse=False): return self._binop(op, x, reverse)
+  return method
+
+
+for _name, _op in _ONE_OP.items(): setattr(Elementwise, _name, _one_op(_op))
+Elementwise.maximum = lambda self, x: self._binop(Ops.MAX, x)
+Elementwise.ne = lambda self, x: self._binop(Ops.CMPNE, x)
 
 # python operators: name -> method, and whether the tensor is the right operand
 _OPERATORS = {"add": "add", "sub": "sub", "mul": "mul", "pow": "pow", "truediv": "div", "floordiv": "idiv", "mod": "mod",
