@@ -18,7 +18,6 @@ DEFAULT_CHECKER = REPO.parent / "shared" / "tools" / "provenance" / "check.py"
 # Files whose clean-room rewrite has not landed yet, and the issue that owns each.
 PENDING_REWRITE = {
   "scheduler/tensor/base.py": "issue 12",
-  "scheduler/tensor/movement.py": "issue 12",
 }
 
 

@@ -17,37 +17,43 @@ from scheduler.tensor.base import TensorBase, broadcast_shape, left_pad_shapes
 class Movement:
   def _resolve_dim(self, dim: int, *, extra: bool = False) -> int:
     """A possibly negative axis as an index in [0, ndim) (or ndim + 1 with `extra`, for inserting)."""
-    total = self.ndim + int(extra)
-    rank = max(1, total)
-    if not -rank <= dim < rank: raise IndexError(f"dim={dim} out of range {[-rank, rank - 1]}")
-    return dim + total if dim < 0 else dim
+    count = self.ndim + (1 if extra else 0)
+    valid = range(-max(count, 1), max(count, 1))
+    if dim not in valid: raise IndexError(f"dim={dim} out of range {[valid.start, valid.stop - 1]}")
+    return count + dim if dim < 0 else dim
 
   def view(self, *shape): return self.reshape(shape)
 
   def reshape(self, shape, *args):
-    wanted = tuple(self.shape[i] if s is None else s for i, s in enumerate(argfix(shape, *args)))
-    inferred = [i for i, s in enumerate(wanted) if s == -1]
-    if len(inferred) > 1: raise RuntimeError(f"only one dimension can be inferred using -1, getting {wanted}")
-    if inferred:
-      known = prod(s for s in wanted if s != -1)
-      wanted = tuple(prod(self.shape) // known if s == -1 else s for s in wanted)
-    if all_int(self.shape) and all_int(wanted) and prod(self.shape) != prod(wanted):
-      raise ValueError(f"size mismatched, can't reshape {self.shape} -> {wanted}")
-    return self if wanted == self.shape else self._apply_uop(UOp.reshape, arg=wanted)
+    """The same elements in row-major order in a new shape; None keeps an axis, one -1 is inferred."""
+    wanted = [self.shape[i] if s is None else s for i, s in enumerate(argfix(shape, *args))]
+    if wanted.count(-1) > 1: raise RuntimeError(f"only one dimension can be inferred using -1, getting {tuple(wanted)}")
+    if -1 in wanted: wanted[wanted.index(-1)] = prod(self.shape) // prod(s for s in wanted if s != -1)
+    new_shape = tuple(wanted)
+    if all_int(self.shape) and all_int(new_shape) and prod(new_shape) != prod(self.shape):
+      raise ValueError(f"size mismatched, can't reshape {self.shape} -> {new_shape}")
+    if new_shape == self.shape: return self
+    return self._apply_uop(UOp.reshape, arg=new_shape)
 
   def expand(self, shape, *args):
-    old, new = left_pad_shapes(self.shape, argfix(shape, *args))
-    return self._broadcast_to(tuple(o if n in (-1, None) else n for o, n in zip(old, new)))
-
-  def permute(self, order, *args):
-    axes = tuple(self._resolve_dim(a) for a in argfix(order, *args))
-    if sorted(axes) != list(range(self.ndim)): raise RuntimeError(f"order is not a valid permutation, getting {axes}")
-    return self._apply_uop(UOp.permute, arg=axes)
+    """Broadcast to `shape`; -1 or None keeps an axis."""
+    current, target = left_pad_shapes(self.shape, argfix(shape, *args))
+    kept = tuple(c if t is None or t == -1 else t for c, t in zip(current, target))
+    return self._broadcast_to(kept)
 
   def flip(self, axis, *args):
-    axes = [self._resolve_dim(a) for a in argfix(axis, *args)]
-    if len(set(axes)) != len(axes): raise RuntimeError(f"dim can appear at most once, getting {tuple(axes)}")
-    return self._apply_uop(UOp.flip, arg=tuple(a in axes for a in range(self.ndim)))
+    flipped = [self._resolve_dim(a) for a in argfix(axis, *args)]
+    if len(flipped) != len(set(flipped)): raise RuntimeError(f"dim can appear at most once, getting {tuple(flipped)}")
+    mask = [False] * self.ndim
+    for a in flipped: mask[a] = True
+    return self._apply_uop(UOp.flip, arg=tuple(mask))
+
+  def permute(self, order, *args):
+    """Reorder the axes: output axis k is input axis order[k]."""
+    axes = tuple(map(self._resolve_dim, argfix(order, *args)))
+    is_permutation = set(axes) == set(range(self.ndim)) and len(axes) == self.ndim
+    if not is_permutation: raise RuntimeError(f"order is not a valid permutation, getting {axes}")
+    return self._apply_uop(UOp.permute, arg=axes)
 
   def shrink(self, arg: tuple):
     if len(arg) != self.ndim: raise ValueError(f"shrink needs one (start, end) or None per axis, got {arg} for shape {self.shape}")
@@ -66,9 +72,11 @@ class Movement:
     else: pairs = tuple((0, 0) if p is None else tuple(p) for p in padding)
     if len(pairs) != self.ndim: raise ValueError(f"padding length is improper, padding={padding} ndim={self.ndim}")
     x = self
-    if not all(resolve(amount >= 0) for amount in flatten(pairs)):
-      x = x.shrink(tuple((-smin(before, 0), smin(after + extent, extent)) for (before, after), extent in zip(pairs, x.shape)))
-      pairs = tuple((smax(before, 0), smax(after, 0)) for before, after in pairs)
+    if any(not resolve(amount >= 0) for amount in flatten(pairs)):   # negative amounts cut first
+      keep = []
+      for (before, after), extent in zip(pairs, x.shape): keep.append((smax(-before, 0), smin(extent + after, extent)))
+      x = x.shrink(tuple(keep))
+      pairs = tuple((smax(0, before), smax(0, after)) for before, after in pairs)
     if all(p == (0, 0) for p in pairs): return x
     padded = x._apply_uop(UOp.pad, arg=pairs)
     if value == 0: return padded
@@ -137,23 +145,26 @@ class Movement:
 
   def _every_nth(self, steps: list):
     """Keep every steps[k]-th element along axis k: pad to a multiple, split the axis, keep the first of each group."""
-    x = self.pad(tuple((0, round_up(extent, step) - extent) for extent, step in zip(self.shape, steps)))
-    x = x.reshape(flatten((extent // step, step) for extent, step in zip(x.shape, steps)))
-    x = x.shrink(tuple(flatten(((0, extent), (0, 1)) for extent in x.shape[::2])))
-    return x.reshape(x.shape[::2])
+    groups = [ceildiv(extent, step) for extent, step in zip(self.shape, steps)]
+    x = self.pad(tuple((0, g * step - extent) for g, step, extent in zip(groups, steps, self.shape)))
+    split, first_of_each = [], []
+    for g, step in zip(groups, steps):
+      split += [g, step]
+      first_of_each += [(0, g), (0, 1)]
+    return x.reshape(tuple(split)).shrink(tuple(first_of_each)).reshape(tuple(groups))
 
   def _gather_by_tensors(self, axes: list, index_tensors: list):
     """Advanced indexing: each (axis, int tensor) pair picks positions; numpy's placement rules."""
-    indices = [(t < 0).where(t + self.shape[a], t) for a, t in zip(axes, index_tensors)]
-    index_shape = broadcast_shape(*(t.shape for t in indices))
     first = axes[0]
-    full = self.shape[:first] + index_shape + self.shape[first:]
-    masks = []
-    for a, t in zip(axes, indices):
-      try: spread = t.reshape(t.shape + (1,) * (self.ndim - first)).expand(full)
+    wrapped = [(t < 0).where(t + self.shape[a], t) for a, t in zip(axes, index_tensors)]   # negative counts from the end
+    index_shape = broadcast_shape(*(t.shape for t in wrapped))
+    full = (*self.shape[:first], *index_shape, *self.shape[first:])
+    mask = None
+    for a, t in zip(axes, wrapped):
+      try: spread = t.reshape(*t.shape, *([1] * (self.ndim - first))).expand(full)
       except ValueError as e: raise IndexError(f"cannot broadcast indices: {e}") from e
-      masks.append(spread._one_hot_along_dim(num_classes=self.shape[a], dim=a - self.ndim))
-    mask = functools.reduce(lambda a, b: a.mul(b), masks)
+      hits = spread._one_hot_along_dim(num_classes=self.shape[a], dim=a - self.ndim)
+      mask = hits if mask is None else mask.mul(hits)
     values = self.reshape(self.shape[:first] + (1,) * len(index_shape) + self.shape[first:])
     x = mask.where(values, 0).sum(tuple(a + len(index_shape) for a in axes), dtype=self.dtype)
     if first != 0 and axes != list(range(first, axes[-1] + 1)):   # split indexed axes go to the front
@@ -162,77 +173,99 @@ class Movement:
     return x
 
   def gather(self, dim: int, index):
+    """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim`, by a one-hot mask summed away."""
     if index.ndim != self.ndim: raise ValueError(f"self.ndim must equal index.ndim, self.ndim={self.ndim}, index.ndim={index.ndim}")
     dim = self._resolve_dim(dim)
-    if any(s < i for d, (s, i) in enumerate(zip(self.shape, index.shape)) if d != dim):
-      raise RuntimeError("requires self.shape[d] >= index.shape[d] for all d != dim")
-    index = index.to(self.device)
-    window = self.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
-    picked = index.unsqueeze(-1)._one_hot_along_dim(self.shape[dim])
-    return picked.where(window.unsqueeze(-1).transpose(-1, dim), 0).sum(-1, dtype=self.dtype)
+    for d, (have, want) in enumerate(zip(self.shape, index.shape)):
+      if d != dim and have < want: raise RuntimeError("requires self.shape[d] >= index.shape[d] for all d != dim")
+    bounds = [(0, want) for want in index.shape]
+    bounds[dim] = None
+    candidates = self.shrink(tuple(bounds)).unsqueeze(-1).transpose(dim, -1)
+    is_index = index.to(self.device).unsqueeze(-1)._one_hot_along_dim(self.shape[dim])
+    return is_index.where(candidates, 0).sum(-1, dtype=self.dtype)
 
   # ***** joining and splitting *****
 
   def cat(self, *others, dim: int = 0):
     """Each input padded with zeros to the full length along dim, then all added."""
-    dim = self._resolve_dim(dim)
-    parts = [self, *others]
-    for t in others:
-      if t.ndim != self.ndim or any(a != b for d, (a, b) in enumerate(zip(self.shape, t.shape)) if d != dim):
-        raise ValueError(f"cannot cat {self.shape} with {t.shape} along dim {dim}")
-    ends = list(itertools.accumulate(t.shape[dim] for t in parts))
-    starts, total = [0, *ends[:-1]], ends[-1]
-    padded = [t.pad(tuple((s, total - e) if d == dim else None for d in range(t.ndim))) for t, s, e in zip(parts, starts, ends)]
-    return functools.reduce(lambda a, b: a.add(b), padded)
-
-  def stack(self, *others, dim: int = 0):
-    first, *rest = [t.unsqueeze(dim) for t in (self, *others)]
-    return first.cat(*rest, dim=dim)
+    axis = dim if dim >= 0 else self._resolve_dim(dim)
+    if axis >= self.ndim: raise IndexError(f"dim={dim} out of range for {self.ndim} axes")
+    others_shapes = [t.shape[:axis] + t.shape[axis + 1:] if t.ndim == self.ndim else None for t in others]
+    for t, rest in zip(others, others_shapes):
+      if rest != self.shape[:axis] + self.shape[axis + 1:]: raise ValueError(f"cannot cat {self.shape} with {t.shape} along dim {axis}")
+    dim = axis
+    parts, total, offset, out = [self, *others], sum(t.shape[dim] for t in (self, *others)), 0, None
+    for t in parts:
+      around = [None] * t.ndim
+      around[dim] = (offset, total - offset - t.shape[dim])
+      offset += t.shape[dim]
+      placed = t.pad(tuple(around))
+      out = placed if out is None else out.add(placed)
+    return out
 
   def repeat(self, repeats, *args):
-    repeats = argfix(repeats, *args)
-    shape = left_pad_shapes(self.shape, repeats)[0]
-    spread = self.reshape(flatten((1, s) for s in shape)).expand(flatten((r, s) for r, s in zip(repeats, shape)))
-    return spread.reshape(tuple(r * s for r, s in zip(repeats, shape)))
+    """Tile the tensor repeats[k] times along axis k (leading repeats add axes)."""
+    counts = tuple(argfix(repeats, *args))
+    shape = left_pad_shapes(self.shape, counts)[0]
+    interleaved_ones, interleaved = [], []
+    for count, extent in zip(counts, shape):
+      interleaved_ones += [1, extent]
+      interleaved += [count, extent]
+    tiled = self.reshape(interleaved_ones).expand(interleaved)
+    return tiled.reshape(tuple(count * extent for count, extent in zip(counts, shape)))
 
   def split(self, sizes, dim: int = 0) -> tuple:
     dim = self._resolve_dim(dim)
     length = self.shape[dim]
     if isinstance(sizes, int): sizes = [min(sizes, length - start) for start in range(0, max(1, length), max(1, sizes))]
     if sum(sizes) != length: raise ValueError(f"expect sizes to sum exactly to {length}, but got {sum(sizes)}")
-    starts = [0, *itertools.accumulate(sizes)]
-    return tuple(self[(slice(None),) * dim + (slice(starts[k], starts[k + 1]),)] for k in range(len(sizes)))
+    pieces, start = [], 0
+    for size in sizes:
+      pieces.append(self[(slice(None),) * dim + (slice(start, start + size),)])
+      start += size
+    return tuple(pieces)
+
+  def stack(self, *others, dim: int = 0):
+    """Join along a new axis at `dim`."""
+    with_axis = [t.unsqueeze(dim) for t in (self, *others)]
+    return with_axis[0].cat(*with_axis[1:], dim=dim)
 
   def chunk(self, chunks: int, dim: int = 0) -> list:
     if chunks <= 0: raise ValueError(f"expect chunks to be greater than 0, got: {chunks}")
-    dim = self._resolve_dim(dim)
-    length = self.shape[dim]
-    return list(self.split(ceildiv(length, chunks) if length else [0] * chunks, dim=dim))
+    length = self.shape[self._resolve_dim(dim)]
+    sizes = [0] * chunks if length == 0 else ceildiv(length, chunks)
+    return list(self.split(sizes, dim=self._resolve_dim(dim)))
 
   # ***** axes *****
-
-  def squeeze(self, dim: Optional[int] = None):
-    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    dim = self._resolve_dim(dim)
-    if not self.ndim or self.shape[dim] != 1: return self
-    return self.reshape(self.shape[:dim] + self.shape[dim + 1:])
-
-  def unsqueeze(self, dim: int):
-    dim = self._resolve_dim(dim, extra=True)
-    return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
   @property
   def T(self): return self.transpose()
 
   def transpose(self, dim0=1, dim1=0):
-    order = list(range(self.ndim))
-    order[dim0], order[dim1] = order[dim1], order[dim0]
+    """Swap two axes."""
+    order = [*range(self.ndim)]
+    order[dim1], order[dim0] = dim0 if dim0 >= 0 else self.ndim + dim0, dim1 if dim1 >= 0 else self.ndim + dim1
     return self.permute(order)
 
+  def _with_axes(self, start: int, stop: int, middle: tuple):
+    """Reshape: axes [start, stop) replaced by `middle`."""
+    return self.reshape((*self.shape[:start], *middle, *self.shape[stop:]))
+
   def flatten(self, start_dim=0, end_dim=-1):
-    first, last = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
-    return self.reshape(self.shape[:first] + (prod(self.shape[first:last + 1]),) + self.shape[last + 1:])
+    start, end = self._resolve_dim(start_dim), self._resolve_dim(end_dim) + 1
+    return self._with_axes(start, end, (prod(self.shape[start:end]),))
 
   def unflatten(self, dim: int, sizes: tuple):
-    dim = self._resolve_dim(dim)
-    return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
+    axis = self._resolve_dim(dim)
+    return self._with_axes(axis, axis + 1, tuple(sizes))
+
+  def unsqueeze(self, dim: int):
+    axis = self._resolve_dim(dim, extra=True)
+    return self._with_axes(axis, axis, (1,))
+
+  def squeeze(self, dim: Optional[int] = None):
+    """Drop axis `dim` if it has extent 1 (all extent-1 axes when dim is None)."""
+    if dim is not None:
+      axis = self._resolve_dim(dim)
+      return self._with_axes(axis, axis + 1, ()) if self.ndim and self.shape[axis] == 1 else self
+    return self.reshape(tuple(extent for extent in self.shape if extent != 1))
