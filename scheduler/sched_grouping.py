@@ -154,8 +154,8 @@ def _chase(r: UOp, state: Realizes) -> UOp:
     composed = chain + reads[0]
     if not composed.contiguous: break
     current, chain = child, composed
-  if current.op is Ops.CAST and current.dtype.itemsize > current.src[0].dtype.itemsize: current = current.src[0].base
-  return current
+  widening_cast = current.op is Ops.CAST and current.src[0].dtype.itemsize < current.dtype.itemsize
+  return current.src[0].base if widening_cast else current
 
 
 def group_reduces(state: Realizes) -> None:

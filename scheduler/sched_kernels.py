@@ -80,8 +80,9 @@ def tensor_map_after(tensor_map: dict[UOp, UOp], kernels: dict[UOp, Kernel]) -> 
   """S56: what each tensor node denotes once the schedule has run."""
   becomes: dict[UOp, UOp] = {}
   for original, s in tensor_map.items():
-    if s.op is Ops.ASSIGN: becomes[original] = s.src[0]
-    elif (kernel := kernels.get(s.base)) is not None:
+    kernel = kernels.get(s.base)
+    if s.op is Ops.ASSIGN: becomes[original] = s.src[0]          # S56.1: an assign denotes its target
+    elif kernel is not None:
       if kernel.is_assign:
         target = kernel.node.src[0]
         becomes[original] = target if s is s.base else target.base.view(target.st + s.st)

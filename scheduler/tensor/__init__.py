@@ -12,7 +12,7 @@
 Public methods record their name while they build ops; it rides on schedule items as metadata.
 """
 from __future__ import annotations
-import functools
+import contextlib, functools
 from typing import Callable
 from scheduler.tensor.base import TensorBase, current_op
 from scheduler.tensor.creation import Creation
@@ -28,11 +28,13 @@ class Tensor(Functional, Reduce, Elementwise, Movement, Creation, TensorBase):
   __slots__ = ()
   __hash__ = TensorBase.__hash__   # Elementwise defines __eq__ (elementwise), which would unset it
 
-  class train:
+  @staticmethod
+  @contextlib.contextmanager
+  def train(mode: bool = True):
     """`with Tensor.train():` switches dropout and batchnorm to training for a block (and back on exit)."""
-    def __init__(self, mode: bool = True): self.mode = mode
-    def __enter__(self): self.previous, Tensor.training = Tensor.training, self.mode
-    def __exit__(self, *exc): Tensor.training = self.previous
+    previous, Tensor.training = Tensor.training, mode
+    try: yield
+    finally: Tensor.training = previous
 
 
 # methods that only read or run tensors build no ops of their own to name

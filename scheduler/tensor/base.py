@@ -32,12 +32,11 @@ def _live_tensors() -> list:
 def apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   """Point every live tensor whose graph contains a replaced UOp at the replacement."""
   if not becomes: return
-  affected = [t for t in _live_tensors() if any(u in becomes for u in t.lazydata.toposort)]
-  if not affected: return
-  before = UOp.sink(*[t.lazydata for t in affected])
-  after = before.substitute(becomes)
-  for t, old, new in zip(affected, before.src, after.src):
-    if new is not old: t.lazydata = new
+  affected = [t for t in _live_tensors() if not becomes.keys().isdisjoint(t.lazydata.toposort)]
+  if affected:
+    # one substitution over all affected graphs, so shared subgraphs are rewritten once
+    rewritten = UOp.sink(*[t.lazydata for t in affected]).substitute(becomes).src
+    for t, new in zip(affected, rewritten): t.lazydata = new
 
 
 def nested_shape(data) -> tuple:
@@ -62,9 +61,12 @@ def _python_buffer(data, dtype: DType) -> UOp:
 
 
 def _numpy_buffer(array: np.ndarray) -> UOp:
-  buf = UOp.new_buffer("NPY", array.size, from_np_dtype(array.dtype))
-  buf.buffer.allocate(np.ascontiguousarray(array))
-  return buf.reshape(array.shape)
+  """A numpy array as an NPY buffer (the array itself is the memory; the copy to a device is lazy)."""
+  flat = np.ascontiguousarray(array)
+  dtype = from_np_dtype(flat.dtype)
+  uop = UOp.new_buffer("NPY", flat.size, dtype)
+  uop.buffer.allocate(flat)
+  return uop.reshape(flat.shape)
 
 
 def _list_dtype(data) -> DType:
@@ -79,12 +81,15 @@ def const_uop(value, shape: tuple, dtype: DType, device: str) -> UOp:
 
 def left_pad_shapes(*shapes: tuple) -> tuple[tuple, ...]:
   """The shapes with leading 1s added so that all have the same number of axes."""
-  rank = max(len(s) for s in shapes)
-  return tuple((1,) * (rank - len(s)) + tuple(s) for s in shapes)
+  rank = max(map(len, shapes))
+  return tuple(tuple([1] * (rank - len(shape)) + list(shape)) for shape in shapes)
 
 
 def broadcast_shape(*shapes: tuple) -> tuple:
-  return tuple(0 if 0 in extents else smax(extents) for extents in zip(*left_pad_shapes(*shapes)))
+  """numpy's broadcast of the shapes (an axis of extent 0 stays 0)."""
+  out = []
+  for extents in zip(*left_pad_shapes(*shapes)): out.append(0 if 0 in extents else smax(extents))
+  return tuple(out)
 
 
 class TensorBase:
@@ -124,23 +129,28 @@ class TensorBase:
       return UOp.new_buffer(f"DISK:{data.resolve()}", data.stat().st_size // dtype.itemsize, dtype)
     raise TypeError(f"can't create Tensor from {data!r} with type {type(data).__name__}")
 
-  def __repr__(self) -> str:
-    return f"<Tensor {self.lazydata.device} {self.shape} {self.dtype}{' requires_grad' if self.requires_grad else ''}>"
-  def __hash__(self) -> int: return id(self)
-  def __bool__(self): raise TypeError("__bool__ on Tensor is not defined")
-  def __len__(self) -> int:
-    if not self.shape: raise TypeError("len() of a 0-d tensor")
-    return self.shape[0]
-
+  # what the tensor is: read off its UOp
   device = property(lambda self: self.lazydata.device)
   shape = property(lambda self: self.lazydata.shape)
   dtype = property(lambda self: self.lazydata.dtype)
-  ndim = property(lambda self: len(self.shape))
+  ndim = property(lambda self: len(self.lazydata.shape))
+
+  def size(self, dim=None): return self.shape[dim] if dim is not None else self.shape
   def numel(self): return prod(self.shape)
   def element_size(self) -> int: return self.dtype.itemsize
-  def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
+  def nbytes(self) -> int: return self.dtype.itemsize * self.numel()
   def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
-  def size(self, dim=None): return self.shape if dim is None else self.shape[dim]
+
+  def __len__(self) -> int:
+    if self.ndim == 0: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+
+  def __bool__(self): raise TypeError("__bool__ on Tensor is not defined")
+  def __hash__(self) -> int: return id(self)
+
+  def __repr__(self) -> str:
+    grad_note = " requires_grad" if self.requires_grad else ""
+    return f"<Tensor {self.lazydata.device} {self.shape} {self.dtype}{grad_note}>"
 
   # ***** building the graph *****
 
@@ -165,20 +175,21 @@ class TensorBase:
       keeps_dtype = dtypes.is_float(x.dtype) or (dtypes.is_int(x.dtype) and isinstance(y, int))
       y_dtype = x.dtype if keeps_dtype else dtypes.from_py(y)
       y = type(self)(dtypes.as_const(y, y_dtype), x.device, y_dtype, requires_grad=False)
-    if match_dtype and x.dtype != y.dtype:
-      common = least_upper_dtype(x.dtype, y.dtype)
-      x, y = x.cast(common), y.cast(common)
-    if reverse: x, y = y, x
-    shape = broadcast_shape(x.shape, y.shape)
-    return x._broadcast_to(shape), y._broadcast_to(shape)
+    if x.dtype != y.dtype and match_dtype:
+      promoted = least_upper_dtype(x.dtype, y.dtype)
+      x, y = x.cast(promoted), y.cast(promoted)
+    pair = (y, x) if reverse else (x, y)
+    common_shape = broadcast_shape(*(t.shape for t in pair))
+    return tuple(t._broadcast_to(common_shape) for t in pair)
 
   def _broadcast_to(self, shape: tuple) -> TensorBase:
-    if self.shape == shape: return self
-    if self.ndim > len(shape): raise ValueError(f"cannot broadcast tensor to fewer dimensions. shape={self.shape} to new_shape={shape}")
-    padded = left_pad_shapes(self.shape, shape)[0]
-    if any(old != 1 and not resolve(old == new, False) for old, new in zip(padded, shape)):
-      raise ValueError(f"cannot broadcast {self.shape} to {shape}")
-    return self.reshape(padded)._apply_uop(UOp.expand, arg=tuple(shape))
+    """Expand to `shape` after adding leading axes of extent 1."""
+    if shape == self.shape: return self
+    if len(shape) < self.ndim: raise ValueError(f"cannot broadcast tensor to fewer dimensions. shape={self.shape} to new_shape={shape}")
+    with_ones = left_pad_shapes(self.shape, shape)[0]
+    for old, new in zip(with_ones, shape):
+      if old != 1 and not resolve(old == new, False): raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+    return self.reshape(with_ones)._apply_uop(UOp.expand, arg=tuple(shape))
 
   def cast(self, dtype) -> TensorBase:
     target = to_dtype(dtype)
@@ -223,11 +234,13 @@ class TensorBase:
     for what, mine, theirs in (("shape", self.shape, x.shape), ("device", self.device, x.device), ("dtype", self.dtype, x.dtype)):
       if mine != theirs: raise ValueError(f"assign {what} mismatch {mine} != {theirs}")
     if x.requires_grad: raise ValueError("cannot assign a tensor that requires grad")
-    if not self.lazydata.is_realized: return self.replace(x)
-    self.lazydata = self.lazydata.assign(x.lazydata)
+    if self.lazydata.is_realized: self.lazydata = self.lazydata.assign(x.lazydata)
+    else: self.lazydata = x.lazydata   # nothing to write into yet: this tensor simply becomes x
     return self
 
-  def detach(self) -> TensorBase: return type(self)(self.lazydata.detach(), device=self.device, requires_grad=False)
+  def detach(self) -> TensorBase:
+    """The same value, cut off from autograd."""
+    return type(self)(self.lazydata.detach(), device=self.device, requires_grad=False)
 
   def numpy(self) -> np.ndarray:
     if 0 in self.shape: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
@@ -243,16 +256,16 @@ class TensorBase:
     return self.numpy().reshape(-1)[0].item()
 
   def to(self, device: Optional[str]) -> TensorBase:
-    device = Device.canonicalize(device)
-    if device == self.device: return self
-    moved = type(self)(self.lazydata, device, requires_grad=self.requires_grad)
-    if self.grad is not None: moved.grad = self.grad.to(device)
-    return moved
+    target = Device.canonicalize(device)
+    if target == self.device: return self
+    return self._carry_grad(type(self)(self.lazydata, target, requires_grad=self.requires_grad), lambda g: g.to(target))
 
   def clone(self) -> TensorBase:
-    copy = type(self)(self.lazydata.clone(), self.device, requires_grad=self.requires_grad)
-    if self.grad is not None: copy.grad = self.grad.clone()
-    return copy
+    return self._carry_grad(type(self)(self.lazydata.clone(), self.device, requires_grad=self.requires_grad), lambda g: g.clone())
+
+  def _carry_grad(self, new: TensorBase, convert) -> TensorBase:
+    if self.grad is not None: new.grad = convert(self.grad)
+    return new
 
   def requires_grad_(self, requires_grad: Optional[bool] = True) -> TensorBase:
     self.requires_grad = requires_grad
@@ -262,11 +275,10 @@ class TensorBase:
 
   def gradient(self, *targets: TensorBase, gradient: Optional[TensorBase] = None, materialize_grads=False) -> list[TensorBase]:
     """d self / d target for each target; self must be a scalar unless `gradient` (d loss / d self) is given."""
-    if gradient is None:
-      if self.shape != (): raise RuntimeError("when no gradient is provided, backward must be called on a scalar tensor")
-      gradient = type(self)(1.0, dtype=self.dtype, device=self.device, requires_grad=False)
+    if gradient is None and self.shape != (): raise RuntimeError("when no gradient is provided, backward must be called on a scalar tensor")
+    seed = gradient.lazydata if gradient is not None else UOp.const(self.dtype, 1.0, self.device, ())
     wanted = [t.lazydata for t in targets]
-    grads = compute_gradient(self.lazydata, gradient.lazydata, set(wanted))
+    grads = compute_gradient(self.lazydata, seed, set(wanted))
     out = []
     for t, u in zip(targets, wanted):
       g = grads.get(u)
