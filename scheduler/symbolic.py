@@ -148,7 +148,9 @@ def _fold_with_constant(root: UOp) -> Optional[UOp]:
     if value is None: continue
     if op is Ops.ADD and value == 0: return x
     if op is Ops.MUL and value == 1: return x
-    if op is Ops.MUL and value == 0: return x.const_like(0)
+    if op is Ops.MUL and value == 0:
+      if x.op is Ops.CONST and not math.isfinite(x.arg): break   # inf * 0 and nan * 0 stay nan (constant folding)
+      return x.const_like(0)
     if op in (Ops.AND, Ops.OR) and x.dtype == dtypes.bool:
       keeps_x = bool(value) if op is Ops.AND else not value
       return x if keeps_x else c

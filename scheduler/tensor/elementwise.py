@@ -62,8 +62,8 @@ class Elementwise:
   def clamp(self, min_=None, max_=None): return self.clip(min_=min_, max_=max_)
 
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5):
-    line = alpha * self + beta
-    return line.relu() - (line - 1).relu()
+    """alpha * x + beta clipped to [0, 1] (by max and min, so that +-inf give 1 and 0)."""
+    return (alpha * self + beta).maximum(0).minimum(1)
 
   def elu(self, alpha=1.0):
     negative_part = (1 - self.exp()).relu()
@@ -200,9 +200,14 @@ def _trunc(x):
   return x.cast(dtypes.int32).cast(x.dtype)
 
 
+def _times_gate(x, gate):
+  """x * gate, with 0 where the gate is exactly 0: the limit at x = -inf, which the product would make nan."""
+  return gate.ne(0).where(x * gate, 0)
+
+
 def _gelu(x):
   inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
-  return 0.5 * x * (1 + inner.tanh())
+  return _times_gate(0.5 * x, 1 + inner.tanh())
 
 
 # composed unary ops without parameters: name -> definition in terms of other ops
@@ -223,7 +228,7 @@ _COMPOSED = {
   "swish": lambda x: x * x.sigmoid(),
   "silu": lambda x: x.swish(),
   "gelu": _gelu,
-  "quick_gelu": lambda x: x * (x * 1.702).sigmoid(),
+  "quick_gelu": lambda x: _times_gate(x, (x * 1.702).sigmoid()),
   "mish": lambda x: x * x.softplus().tanh(),
 }
 for _name, _definition in _COMPOSED.items(): setattr(Elementwise, _name, _definition)

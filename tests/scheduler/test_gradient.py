@@ -32,6 +32,23 @@ FUNCS = [
   ("expand", lambda t: (t.reshape(3, 1, 4).expand(3, 2, 4) * t.reshape(1, 3, 4).expand(2, 3, 4).permute(1, 0, 2)).sum()),
   ("prod", lambda t: t.prod(0).sum()), ("sin", lambda t: t.sin().sum()), ("where", lambda t: (t > 0).where(t * 2, t * t).sum()),
   ("maximum", lambda t: t.maximum(t.flip(0)).sum()), ("cumsum", lambda t: t.cumsum(1).sum(0).max()),
+  # the rest of the differentiable Tensor methods (issue 12.3)
+  ("elu", lambda t: t.elu(0.5).sum()), ("mish", lambda t: t.mish().sum()), ("gelu", lambda t: t.gelu().sum()),
+  ("quick_gelu", lambda t: t.quick_gelu().sum()), ("softplus", lambda t: t.softplus(2).sum()), ("swish", lambda t: t.swish().sum()),
+  ("hardsigmoid", lambda t: (t * 2).hardsigmoid().sum()), ("relu6", lambda t: (t * 4).relu6().sum()),
+  ("leakyrelu", lambda t: t.leakyrelu(0.2).sum()), ("abs", lambda t: (t.abs() * t).sum()), ("log2_exp2", lambda t: (t.exp2() + 1).log2().sum()),
+  ("cos_tan", lambda t: (t.cos() + (t * 0.3).tan()).sum()), ("reciprocal", lambda t: (t * t + 1).reciprocal().sum()),
+  ("pow_tensor", lambda t: ((t * t + 1) ** t).sum()), ("pow_const", lambda t: (t ** 3).sum()), ("rsqrt", lambda t: (t * t + 1).rsqrt().sum()),
+  ("mean_var_std", lambda t: t.mean(1).sum() + t.var(0).sum() + t.std(1).sum()), ("logsumexp", lambda t: t.logsumexp(1).sum()),
+  ("minimum_clip", lambda t: t.minimum(t.flip(1)).sum() + t.clip(-0.5, 0.5).sum()), ("cummax", lambda t: t.cummax(1).sum()),
+  ("triu_tril", lambda t: (t.triu(1) * 2 + t.tril()).sum()), ("masked_fill", lambda t: t.masked_fill(t > 0, 0.0).sum()),
+  ("cat_stack_repeat", lambda t: (t.cat(t * 2, dim=1).sum() + t.stack(t).sum(0).max() + t.repeat(2, 1).mean())),
+  ("gather", lambda t: t.gather(1, Tensor([[0, 3], [1, 1], [2, 0]])).sum()),
+  ("avg_max_pool", lambda t: t.reshape(1, 1, 3, 4).avg_pool2d(2, stride=1).sum() + t.reshape(1, 1, 3, 4).max_pool2d(2, stride=1).sum()),
+  ("conv2d", lambda t: t.reshape(1, 1, 3, 4).conv2d(t[:2, :2].reshape(1, 1, 2, 2), padding=1).sum()),
+  ("crossentropy", lambda t: t.sparse_categorical_crossentropy(Tensor([1, 0, 3])) + t.sigmoid().binary_crossentropy((t > 0).float())),
+  ("attention", lambda t: t.reshape(1, 3, 4).scaled_dot_product_attention(t.reshape(1, 3, 4), t.reshape(1, 3, 4), is_causal=True).sum()),
+  ("getitem_tensor", lambda t: t[Tensor([2, 0])].sum() + t[:, Tensor([1, 3])].sum()),
 ]
 
 

@@ -1,0 +1,140 @@
+"""Tensor methods that test_tensor_ops.py does not reach, against numpy on each device, and the edge
+behaviour issue 12 names: extreme inputs of the activations, pow with zero base or exponent, reductions
+over an axis of size zero, empty tensors, and triangular masks that cost no kernel."""
+import math
+import numpy as np
+import pytest
+from scheduler import Tensor, dtypes, Device
+from scheduler.device import find_c_compiler
+
+DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() else [])
+rng = np.random.default_rng(7)
+A = rng.standard_normal((4, 5)).astype(np.float32)
+I = rng.integers(-9, 9, (4, 5)).astype(np.int32)
+U = rng.integers(0, 200, (4, 5)).astype(np.uint32)
+
+
+@pytest.fixture(params=DEVICES, autouse=True)
+def device(request):
+  old = Device.DEFAULT
+  Device.DEFAULT = request.param
+  yield request.param
+  Device.DEFAULT = old
+
+
+def close(t: Tensor, ref, rtol=1e-5, atol=1e-6):
+  got, ref = t.numpy(), np.asarray(ref)
+  assert got.shape == ref.shape, (got.shape, ref.shape)
+  if ref.dtype.kind in "biu": np.testing.assert_array_equal(got, ref)
+  else: np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=atol)
+
+
+def sigmoid(a): return 1 / (1 + np.exp(-a))
+def softplus(a): return np.log1p(np.exp(a))
+
+
+CASES = [
+  ("elu", lambda t: t.elu(0.7), lambda a: np.where(a > 0, a, 0.7 * (np.exp(a) - 1)), A),
+  ("mish", lambda t: t.mish(), lambda a: a * np.tanh(softplus(a)), A),
+  ("hardsigmoid", lambda t: t.hardsigmoid(), lambda a: np.clip(a / 6 + 0.5, 0, 1), A * 4),
+  ("relu6", lambda t: t.relu6(), lambda a: np.clip(a, 0, 6), A * 5),
+  ("swish", lambda t: t.swish(), lambda a: a * sigmoid(a), A),
+  ("quick_gelu", lambda t: t.quick_gelu(), lambda a: a * sigmoid(1.702 * a), A),
+  ("ceil", lambda t: t.ceil(), np.ceil, A * 3), ("floor", lambda t: t.floor(), np.floor, A * 3),
+  ("trunc", lambda t: t.trunc(), np.trunc, A * 3), ("round", lambda t: t.round(), np.round, np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4], np.float32)),
+  ("clamp", lambda t: t.clamp(-0.5, 0.5), lambda a: np.clip(a, -0.5, 0.5), A),
+  ("cummax", lambda t: t.cummax(1), lambda a: np.maximum.accumulate(a, axis=1), A),
+  ("cumsum_long", lambda t: t.cumsum(0), lambda a: np.cumsum(a, axis=0), rng.standard_normal(700).astype(np.float32)),
+  ("cummax_long", lambda t: t.cummax(0), lambda a: np.maximum.accumulate(a), rng.standard_normal(700).astype(np.float32)),
+  ("triu", lambda t: t.triu(1), lambda a: np.triu(a, 1), A), ("tril", lambda t: t.tril(-1), lambda a: np.tril(a, -1), A),
+  ("triu_batched", lambda t: t.reshape(2, 2, 5).triu(), lambda a: np.triu(a.reshape(2, 2, 5)), A),
+  ("tril_wide", lambda t: t.tril(3), lambda a: np.tril(a, 3), A),
+  ("masked_fill", lambda t: t.masked_fill(t > 0, -1.0), lambda a: np.where(a > 0, -1.0, a), A),
+  ("idiv", lambda t: t // 4, lambda a: np.trunc(a / 4).astype(np.int32), I),
+  ("mod_negative", lambda t: t % 4, lambda a: np.mod(a, 4), I), ("mod_by_negative", lambda t: t % -3, lambda a: np.mod(a, -3), I),
+  ("div_floor", lambda t: t.div(4, rounding_mode="floor"), lambda a: np.floor_divide(a, 4), I),
+  ("bitwise_and", lambda t: t & 6, lambda a: a & 6, I), ("bitwise_or", lambda t: t | 6, lambda a: a | 6, I),
+  ("bitwise_not", lambda t: ~t, lambda a: ~a, I),
+  ("lshift", lambda t: t << 2, lambda a: a << 2, U), ("rshift", lambda t: t >> 2, lambda a: a >> 2, U),
+  ("unflatten", lambda t: t.unflatten(1, (5, 1)), lambda a: a.reshape(4, 5, 1), A), ("T", lambda t: t.T, lambda a: a.T, A),
+  ("full_like", lambda t: t.full_like(3.5), lambda a: np.full_like(a, 3.5), A),
+  ("rmatmul", lambda t: t.matmul(Tensor(A.T.copy()), reverse=True), lambda a: A.T @ a, A),
+  ("avg_pool_no_pad_count", lambda t: t.reshape(1, 1, 4, 5).avg_pool2d(2, stride=1, padding=1, count_include_pad=False),
+   lambda a: _avg_pool_no_pad(a), A),
+  ("max_pool_dilated", lambda t: t.reshape(1, 1, 4, 5).max_pool2d(2, stride=1, dilation=2),
+   lambda a: np.maximum.reduce([a[i:i + 2, j:j + 3] for i in (0, 2) for j in (0, 2)]).reshape(1, 1, 2, 3), A),
+  ("binary_crossentropy", lambda t: t.sigmoid().binary_crossentropy((t > 0).float()),
+   lambda a: np.mean(-(a > 0).astype(np.float32) * np.log(sigmoid(a)) - (1 - (a > 0)) * np.log(1 - sigmoid(a))), A),
+  ("binary_crossentropy_logits", lambda t: t.binary_crossentropy_logits((t > 0).float(), reduction="sum"),
+   lambda a: np.sum(np.maximum(a, 0) - a * (a > 0) + np.log1p(np.exp(-np.abs(a)))), A),
+  ("one_hot", lambda t: t.one_hot(5), lambda a: np.eye(5, dtype=np.int32)[a], np.array([0, 3, 4, 1], np.int32)),
+  ("any_all", lambda t: (t > 0).any(1).float() + (t > -3).all(1).float(), lambda a: (a > 0).any(1) + (a > -3).all(1).astype(np.float32), A),
+  ("logsumexp_keepdim", lambda t: t.logsumexp(1, keepdim=True), lambda a: np.log(np.exp(a).sum(1, keepdims=True)), A),
+  ("eye_wide", lambda t: Tensor.eye(3, 5) + t[:3, :5] * 0, lambda a: np.eye(3, 5, dtype=np.float32), A),
+]
+
+
+def _avg_pool_no_pad(a):
+  padded, ones = np.pad(a, 1), np.pad(np.ones_like(a), 1)
+  sums = np.array([[padded[i:i + 2, j:j + 2].sum() for j in range(6)] for i in range(5)])
+  counts = np.array([[ones[i:i + 2, j:j + 2].sum() for j in range(6)] for i in range(5)])
+  return (sums / counts).reshape(1, 1, 5, 6)
+
+
+@pytest.mark.parametrize("name,op,ref,data", CASES, ids=[c[0] for c in CASES])
+def test_method_matches_numpy(name, op, ref, data):
+  close(op(Tensor(data)), ref(data), rtol=1e-4, atol=1e-5)
+
+
+def test_triangular_masks_cost_no_kernel():
+  """Issue 12.4: the mask is a view of a constant, so ones(16,16).tril() is the one elementwise kernel."""
+  assert [si.kind for si in Tensor.ones(16, 16).tril().schedule()] == ["E"]
+  assert [si.kind for si in Tensor.ones(16, 16).triu(2).schedule()] == ["E"]
+
+
+@pytest.mark.parametrize("value", [1e4, -1e4, math.inf, -math.inf])
+@pytest.mark.parametrize("name", ["sigmoid", "tanh", "gelu", "quick_gelu", "hardsigmoid"])
+def test_activations_at_extreme_inputs_are_their_limits(name, value):
+  limits = {"sigmoid": (1.0, 0.0), "tanh": (1.0, -1.0), "gelu": (value, 0.0), "quick_gelu": (value, 0.0), "hardsigmoid": (1.0, 0.0)}
+  expected = limits[name][0] if value > 0 else limits[name][1]
+  got = getattr(Tensor([value]), name)().numpy()[0]
+  assert got == pytest.approx(expected, abs=1e-6), (name, value, got)
+
+
+def test_rsqrt_and_pow_with_zero_base_or_exponent():
+  close(Tensor([4.0, 0.25, 1.0]).rsqrt(), [0.5, 2.0, 1.0])
+  assert Tensor([0.0]).rsqrt().numpy()[0] == math.inf
+  base = np.array([0.0, 0.0, 0.0, 2.0, -2.0], np.float32)
+  exponent = np.array([0.0, 2.0, -1.0, 0.0, 3.0], np.float32)
+  close(Tensor(base) ** Tensor(exponent), np.power(base, exponent))        # tensor exponent
+  close(Tensor(base) ** 0, np.ones_like(base))                              # constant exponent 0, also 0 ** 0
+  close(Tensor(base) ** 2, base ** 2)
+  close(2.0 ** Tensor(exponent), 2.0 ** exponent)                           # constant base
+  close(0.0 ** Tensor(np.array([0.0, 1.0, 2.0], np.float32)), [1.0, 0.0, 0.0])
+
+
+def test_reductions_over_an_axis_of_size_zero():
+  empty = Tensor.zeros(0, 3).contiguous()
+  close(empty.sum(0), np.zeros(3, np.float32))
+  with np.errstate(invalid="ignore", divide="ignore"):
+    assert np.isnan(empty.mean(0).numpy()).all() and np.isnan(empty.var(0).numpy()).all() and np.isnan(empty.std(0).numpy()).all()
+  assert empty.mean(1).shape == (0,) and empty.max(1).numpy().shape == (0,)
+
+
+def test_operations_on_empty_tensors():
+  e = Tensor([])
+  assert e.shape == (0,) and (e + 1).numpy().shape == (0,) and e.sum().item() == 0
+  assert (e * 2).reshape(0, 5).shape == (0, 5) and Tensor.ones(0, 4).cumsum(1).numpy().shape == (0, 4)
+  assert e.cat(Tensor([1.0, 2.0])).tolist() == [1.0, 2.0]
+
+
+def test_same_seed_gives_the_same_numbers_on_every_device():
+  Tensor.manual_seed(1234)
+  first = Tensor.rand(64, device="PYTHON").numpy()
+  Tensor.manual_seed(1234)
+  again = Tensor.rand(64, device="PYTHON").numpy()
+  np.testing.assert_array_equal(first, again)
+  if "CPU" in DEVICES:
+    Tensor.manual_seed(1234)
+    np.testing.assert_array_equal(Tensor.rand(64, device="CPU").numpy(), first)
+  assert 0 <= first.min() and first.max() < 1 and 0.3 < first.mean() < 0.7
