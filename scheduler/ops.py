@@ -123,25 +123,30 @@ def sint_to_uop(x, dtype=dtypes.int32) -> UOp: return UOp.const(dtype, x) if isi
 # ***** the UOp *****
 
 class UOpMetaClass(type):
-  """Hash-consing: building a UOp that exists already returns the existing object."""
+  """Hash-consing: building a UOp that exists already returns the existing object.
+
+  The cache holds weak references without callbacks (a callback per node costs more than the node's creation);
+  entries of dead UOps are swept whenever the cache has doubled since the last sweep, so it stays linear in the
+  number of live UOps."""
   ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
+  sweep_at: int = 1 << 14
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, _buffer: Optional[Buffer] = None):
     identity = (op, dtype, src, arg, type(arg))
-    existing_ref = UOpMetaClass.ucache.get(identity)
+    cache = UOpMetaClass.ucache
+    existing_ref = cache.get(identity)
     existing = existing_ref() if existing_ref is not None else None
     if existing is not None: return existing
     created = super().__call__(op, dtype, src, arg)
-    key = identity
-    # the callback forgets the cache entry when the UOp dies (a plain weakref callback is cheaper than weakref.finalize)
-    UOpMetaClass.ucache[key] = weakref.ref(created, functools.partial(_drop_from_cache, UOpMetaClass.ucache, key))
+    cache[identity] = weakref.ref(created)
+    if len(cache) > UOpMetaClass.sweep_at: _sweep_dead(cache)
     if _buffer is not None: buffers[created] = _buffer
     return created
 
 
-def _drop_from_cache(cache: dict, key, ref):
-  # the cache comes in as an argument: at interpreter exit the module's globals may already be gone
-  if cache.get(key) is ref: del cache[key]
+def _sweep_dead(cache: dict) -> None:
+  for key in [k for k, ref in cache.items() if ref() is None]: del cache[key]
+  UOpMetaClass.sweep_at = max(1 << 14, 2 * len(cache))
 
 
 # UOps of realized buffers map to the Buffer objects that hold their memory
@@ -733,8 +738,10 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx=None, bottom_up: bool = Fal
 def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx=None, bottom_up: bool = False, name: str | None = None) -> dict[UOp, UOp]:
   """Rewrite the graph and return what every node of the input graph became."""
   rewriter = _Rewriter(pm, ctx)
-  run = rewriter.node_first if bottom_up else rewriter.sources_first
-  return {u: run(u) for u in reversed(list(sink.toposort))}
+  if not bottom_up:   # rewriting the sink visits every node of the graph once, sources first
+    rewriter.sources_first(sink)
+    return {u: rewriter.done[u] for u in reversed(list(sink.toposort))}
+  return {u: rewriter.node_first(u) for u in reversed(list(sink.toposort))}
 
 
 def _substitute_rule(ctx: dict, x: UOp) -> Optional[UOp]: return ctx.get(x)

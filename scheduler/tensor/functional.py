@@ -46,11 +46,11 @@ class Functional:
     """softmax(q k^T / sqrt(d) + mask) v; a bool mask (or is_causal) keeps where True."""
     score_dtype = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
     scores = self.matmul(key.transpose(-2, -1), dtype=score_dtype) / math.sqrt(self.shape[-1])
-    if is_causal:
-      rows, cols = scores.shape[-2:]
-      attn_mask = type(self).ones(rows, cols, requires_grad=False, device=self.device, dtype=dtypes.bool).tril(0)
+    if is_causal: attn_mask = scores._band_mask(0, lower=True)   # the same values as ones(rows, cols).tril(), as a constant
     if attn_mask is not None:
-      bias = attn_mask.where(0, -float("inf")) if attn_mask.dtype == dtypes.bool else attn_mask
+      # a bool mask is broadcast before it becomes -inf/0, so that nothing smaller than the scores is computed and
+      # expanded (which would realize it, S39): a causal mask then costs no kernel of its own
+      bias = attn_mask.expand(scores.shape).where(0, -float("inf")) if attn_mask.dtype == dtypes.bool else attn_mask
       scores = scores + bias
     weights = scores.softmax(-1).cast(self.dtype).dropout(dropout_p)
     return weights @ value

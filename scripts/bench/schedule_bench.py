@@ -1,7 +1,9 @@
-"""Median time of create_schedule_with_vars on a 2-layer MLP training step (forward, sparse
-categorical crossentropy, backward, SGD assign) and on a small CNN forward, with kernel counts.
-If tinygrad is importable it is timed on the same programs and the ratio printed."""
-import statistics, time
+"""Median time of create_schedule_with_vars on an MLP training step (forward, sparse categorical
+crossentropy, backward, SGD assign), a small CNN forward and forward+backward, a causal transformer block,
+and a 64-layer MLP forward+backward, with kernel counts; then the memory the scheduler leaves behind for
+16- and 64-layer MLPs (it should grow linearly). If tinygrad is importable it is timed on the same programs
+and the ratio printed (the bench installs nothing)."""
+import gc, statistics, time, tracemalloc
 import numpy as np
 
 
@@ -27,6 +29,61 @@ def cnn_forward(lib):
   return [h.reshape(4, -1) @ fc]
 
 
+def _arr(seed: int, *shape):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def cnn_train(lib):
+  Tensor = lib.Tensor
+  x = Tensor(_arr(0, 4, 3, 16, 16)).realize()
+  w1, w2 = Tensor(_arr(1, 8, 3, 3, 3), requires_grad=True).realize(), Tensor(_arr(2, 16, 8, 3, 3), requires_grad=True).realize()
+  fc = Tensor(_arr(3, 16 * 2 * 2, 10), requires_grad=True).realize()
+  y = Tensor(np.random.default_rng(4).integers(0, 10, 4).astype(np.int32)).realize()
+  h = x.conv2d(w1).relu().max_pool2d().conv2d(w2).relu().max_pool2d()
+  loss = (h.reshape(4, -1) @ fc).sparse_categorical_crossentropy(y)
+  loss.backward()
+  return [loss, w1.grad, w2.grad, fc.grad]
+
+
+def transformer_block(lib):
+  Tensor = lib.Tensor
+  bs, seq, dim, heads = 2, 16, 32, 4
+  x = Tensor(_arr(0, bs, seq, dim)).realize()
+  wq, wk, wv, wo = (Tensor(_arr(i, dim, dim)).realize() for i in range(1, 5))
+  w1, w2 = Tensor(_arr(5, dim, 4 * dim)).realize(), Tensor(_arr(6, 4 * dim, dim)).realize()
+  def split(t): return t.reshape(bs, seq, heads, dim // heads).transpose(1, 2)
+  h = x.layernorm()
+  attn = split(h @ wq).scaled_dot_product_attention(split(h @ wk), split(h @ wv), is_causal=True)
+  x = x + attn.transpose(1, 2).reshape(bs, seq, dim) @ wo
+  return [x + (x.layernorm() @ w1).gelu() @ w2]
+
+
+def deep_mlp(lib, layers=64):
+  Tensor = lib.Tensor
+  x = Tensor(_arr(0, 8, 32)).realize()
+  weights = [Tensor(_arr(i + 1, 32, 32) * 0.1, requires_grad=True).realize() for i in range(layers)]
+  h = x
+  for w in weights: h = (h @ w).relu()
+  loss = h.sum()
+  loss.backward()
+  return [loss, *[w.grad for w in weights]]
+
+
+def retained_bytes(lib, schedule_fn, layers: int) -> int:
+  """Bytes still allocated after scheduling a deep MLP step and dropping the results."""
+  outs = deep_mlp(lib, layers)
+  sink = outs[0].lazydata.sink(*[t.lazydata for t in outs[1:]])
+  gc.collect()
+  tracemalloc.start()
+  before = tracemalloc.get_traced_memory()[0]
+  result = schedule_fn(sink)
+  del result
+  gc.collect()
+  after = tracemalloc.get_traced_memory()[0]
+  tracemalloc.stop()
+  return after - before
+
+
 def time_schedule(lib, build, schedule_fn, reps=7):
   times, count = [], 0
   for _ in range(reps):
@@ -50,7 +107,8 @@ def main():
     tinygrad.Device.DEFAULT = "CPU" if "CPU" in tinygrad.Device._devices else tinygrad.Device.DEFAULT
     peer = (tinygrad, peer_schedule)
   except Exception: pass
-  for name, build in (("mlp training step", mlp_step), ("cnn forward", cnn_forward)):
+  for name, build in (("mlp training step", mlp_step), ("cnn forward", cnn_forward), ("cnn fwd+bwd", cnn_train),
+                      ("transformer block", transformer_block), ("64-layer mlp f+b", deep_mlp)):
     ours, n = time_schedule(scheduler, build, create_schedule_with_vars)
     line = f"{name:<18} ours: {ours*1e3:7.2f} ms median, {n} kernels"
     if peer is not None:
@@ -58,6 +116,10 @@ def main():
       line += f" | tinygrad: {theirs*1e3:7.2f} ms, {pn} kernels | ratio ours/tinygrad {ours/theirs:.2f}"
     else: line += " | tinygrad not installed: no ratio"
     print(line)
+  for lib, fn, label in ((scheduler, create_schedule_with_vars, "ours"),) + (((peer[0], peer[1], "tinygrad"),) if peer else ()):
+    small, large = retained_bytes(lib, fn, 16), retained_bytes(lib, fn, 64)
+    print(f"memory left after scheduling ({label}): 16 layers {small / 1e6:.2f} MB, 64 layers {large / 1e6:.2f} MB "
+          f"(ratio {large / max(small, 1):.1f} for 4x the layers)")
 
 
 if __name__ == "__main__": main()
