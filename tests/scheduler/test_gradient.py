@@ -49,6 +49,8 @@ FUNCS = [
   ("crossentropy", lambda t: t.sparse_categorical_crossentropy(Tensor([1, 0, 3])) + t.sigmoid().binary_crossentropy((t > 0).float())),
   ("attention", lambda t: t.reshape(1, 3, 4).scaled_dot_product_attention(t.reshape(1, 3, 4), t.reshape(1, 3, 4), is_causal=True).sum()),
   ("getitem_tensor", lambda t: t[Tensor([2, 0])].sum() + t[:, Tensor([1, 3])].sum()),
+  ("batchnorm", lambda t: t.reshape(1, 3, 4).batchnorm(t[:, 0], t[:, 1], t[:, 2], t[:, 3].abs() + 1).sum()),
+  ("bce_logits_linear", lambda t: t.linear(t.T, t[0, :3]).binary_crossentropy_logits(Tensor.ones(3, 3) * 0.3)),
 ]
 
 
