@@ -35,15 +35,20 @@ def _fresh_buffers(graph, contents: Optional[dict] = None, tmpdir: Optional[str]
   filled with the captured contents where there are any. DISK files are replaced by temporary copies."""
   from scheduler.ops import UOp, Ops
   contents = contents or {}
-  mapping = {}
+  mapping: dict = {}
+  # every DISK device a capture names (buffers it reads, copies it writes) becomes a temporary file: replaying a
+  # database never touches a path the database chose
+  disk_devices: dict[str, str] = {}
+  for u in graph.toposort:
+    if u.op is Ops.DEVICE and isinstance(u.arg, str) and u.arg.startswith("DISK:") and u.arg not in disk_devices:
+      fd, path = tempfile.mkstemp(dir=tmpdir, suffix=".disk")
+      os.close(fd)
+      disk_devices[u.arg] = f"DISK:{path}"
+      mapping[u] = u.replace(arg=disk_devices[u.arg])
   captured = [u for u in graph.toposort if u.op is Ops.BUFFER]
   taken = set(captured)
   for u in captured:
-    device = u.device
-    if device.startswith("DISK:"):
-      fd, path = tempfile.mkstemp(dir=tmpdir, suffix=".disk")
-      os.close(fd)
-      device = f"DISK:{path}"
+    device = disk_devices.get(u.device, u.device)
     # buffers are numbered per process: a new one may coincide with a captured one, which would merge the two
     while (new := UOp.new_buffer(device, u.size, u.dtype)) in taken: pass
     if u in contents:

@@ -4,7 +4,7 @@
 Rendering is capture point **kernel**: (AST, device, options) in, (source, kernel name) out.
 """
 from __future__ import annotations
-import ctypes, math, subprocess
+import ctypes, math, re, subprocess
 from typing import Callable
 from scheduler.dtype import DType, dtypes
 from scheduler.device import HostDevice, Buffer, cached_build, find_c_compiler, DeviceError
@@ -82,7 +82,27 @@ static inline unsigned long long threefry2x32(unsigned long long x, unsigned lon
 """
 
 
+class UnsafeSourceError(DeviceError):
+  """An AST carries a name or value that would not be plain C (a crafted capture, or a bug upstream)."""
+
+
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+
+
+def c_identifier(name, what: str) -> str:
+  """`name` if it is a plain C identifier; anything else could inject code into the source, so it is refused."""
+  if not isinstance(name, str) or not _C_IDENTIFIER.match(name):
+    raise UnsafeSourceError(f"{what} {name!r} is not a C identifier; refusing to render it")
+  return name
+
+
+def _c_index(value, what: str) -> int:
+  if isinstance(value, bool) or not isinstance(value, int) or value < 0: raise UnsafeSourceError(f"{what} {value!r} is not an index")
+  return value
+
+
 def render_const(val, dtype: DType) -> str:
+  if not isinstance(val, (bool, int, float)): raise UnsafeSourceError(f"constant {val!r} of {dtype} is not a number")
   if dtypes.is_float(dtype):
     if math.isnan(val): lit = "NAN"
     elif math.isinf(val): lit = "INFINITY" if val > 0 else "(-INFINITY)"
@@ -109,8 +129,8 @@ def render_c(prg: Program) -> str:
     op, ctype = x.op, _ctype.get(x.dtype, "void")
     s = [names[j] for j in x.src]
     if op is Ops.CONST: names[i] = render_const(x.arg, x.dtype)
-    elif op is Ops.DEFINE_GLOBAL: names[i] = f"data{x.arg}"
-    elif op is Ops.DEFINE_VAR: names[i] = x.arg[0]
+    elif op is Ops.DEFINE_GLOBAL: names[i] = f"data{_c_index(x.arg, 'buffer index')}"
+    elif op is Ops.DEFINE_VAR: names[i] = c_identifier(x.arg[0], "variable name")
     elif op is Ops.RANGE:
       names[i] = f"ridx{i}"
       line(f"for (int ridx{i} = {s[0]}; ridx{i} < {s[1]}; ridx{i}++) {{")
@@ -136,9 +156,10 @@ def render_c(prg: Program) -> str:
     else:
       names[i] = f"alu{i}"
       line(f"{ctype} alu{i} = {_render_alu(op, x.dtype, s)};")
-  params = [f"{_ctype[dt]}* restrict data{idx}" for idx, dt, _ in prg.globals] + [f"int {v[0]}" for v in prg.variables]
+  params = [f"{_ctype[dt]}* restrict data{_c_index(idx, 'buffer index')}" for idx, dt, _ in prg.globals] + \
+           [f"int {c_identifier(v[0], 'variable name')}" for v in prg.variables]
   body = "\n".join(lines)
-  return f"{_PRELUDE}\nvoid {prg.name}({', '.join(params)}) {{\n{body}\n}}\n"
+  return f"{_PRELUDE}\nvoid {c_identifier(prg.name, 'kernel name')}({', '.join(params)}) {{\n{body}\n}}\n"
 
 
 def _render_alu(op: Ops, dtype: DType, s: list[str]) -> str:

@@ -31,3 +31,19 @@ def test_numeric_policy():
   assert not ok
   ok, _ = compare_arrays(np.array([1.0], np.float32), np.array([1.5], np.float32), {"float32": (0.5, 0.0)})
   assert ok
+
+
+def test_a_capture_never_touches_the_disk_paths_it_names(tmp_path):
+  """Issue 13.2: copies to DISK:<path> (and reads from one) replay against temporary files."""
+  from scheduler import Tensor
+  from replay.replayers import _fresh_buffers
+  target = tmp_path / "sitecustomize.py"
+  source = tmp_path / "source.bin"
+  source.write_bytes(bytes(range(16)))
+  graph = Tensor([1.0, 2.0, 3.0]).to(f"DISK:{target}").lazydata.sink(Tensor(source).to("PYTHON").lazydata)
+  scratch = tmp_path / "scratch"
+  scratch.mkdir()
+  fresh = _fresh_buffers(graph, {}, str(scratch))
+  devices = {u.arg for u in fresh.toposort if u.op.name == "DEVICE" and u.arg.startswith("DISK:")}
+  assert devices and all(d.startswith(f"DISK:{scratch}") for d in devices)
+  assert not target.exists()

@@ -97,3 +97,29 @@ def test_buffer_views_share_memory_and_hold_their_base():
   base.deallocate()
   assert not base.is_allocated()
   with pytest.raises(ValueError, match="exceeds base"): base.view(8, dtypes.float32, 4)
+
+
+@pytest.mark.parametrize("field", ["variable", "kernel name", "buffer index", "constant"])
+def test_c_renderer_refuses_names_and_values_that_are_not_plain_c(field):
+  """Issue 13.2: a crafted capture cannot put C (or preprocessor lines) into the source it makes us compile."""
+  from scheduler.codegen.lowerer import Program, Instr
+  from scheduler.ops import Ops
+  from runtimes.cpu import render_c, UnsafeSourceError
+  evil = 'i) {}\n#include <stdlib.h>\n__attribute__((constructor)) void f(void) { system("id"); } void g(int j'
+  name, var, index, const = "E_1", "i", 0, 1.0
+  if field == "variable": var = evil
+  elif field == "kernel name": name = evil
+  elif field == "buffer index": index = "0] = 0; system(\"id\"); data0[0"
+  else: const = '1.0f; system("id")'
+  instrs = [Instr(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(1), (), index), Instr(Ops.DEFINE_VAR, dtypes.int32, (), (var, 1, 10)),
+            Instr(Ops.CONST, dtypes.float32, (), const)]
+  prg = Program(name, instrs, [(index, dtypes.float32, 1)], [(var, 1, 10)])
+  with pytest.raises(UnsafeSourceError, match="refusing|not an index|not a number"): render_c(prg)
+
+
+def test_symbolic_kernels_still_render_their_variables():
+  from scheduler import Variable
+  from runtimes.cpu import render_c
+  a = Tensor.arange(10).float().realize()
+  sched, var_vals = a.shrink(((0, Variable("n", 1, 10).bind(4)),)).sum().schedule_with_vars()
+  assert "int n" in render_c(lower(sched[-1].ast)) and list(var_vals.values()) == [4]
