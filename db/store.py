@@ -17,6 +17,17 @@ class StoreError(RuntimeError):
   """The database cannot be used: unreadable, corrupt, or from a newer version of the harness."""
 
 
+class BlobError(StoreError):
+  """One blob cannot be used (missing, corrupt, too large, or not what its hash says); other captures still can."""
+
+
+def max_blob_bytes() -> int:
+  """The largest blob that is decompressed (REPLAY_MAX_BLOB_BYTES, default 1 GiB): a small compressed blob from an
+  untrusted database must not expand into all of memory."""
+  raw = os.getenv("REPLAY_MAX_BLOB_BYTES", "")
+  return int(raw) if raw.isdigit() else 1 << 30
+
+
 def default_path() -> str: return os.getenv("REPLAY_DB") or DEFAULT_PATH
 
 
@@ -122,9 +133,19 @@ class Store:
     return sha
 
   def get_blob(self, sha: str) -> bytes:
+    """The blob's bytes, decompressed with a size limit and checked against the hash they are stored under."""
     row = self.conn.execute("SELECT data FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
-    if row is None: raise StoreError(f"blob {sha[:12]} is missing from {self.path}")
-    return zlib.decompress(row[0])
+    if row is None: raise BlobError(f"blob {str(sha)[:12]} is missing from {self.path}")
+    limit = max_blob_bytes()
+    try:
+      inflate = zlib.decompressobj()
+      data = inflate.decompress(row[0], limit + 1)
+      if not inflate.eof and len(data) <= limit: data += inflate.flush()
+    except (zlib.error, TypeError) as e: raise BlobError(f"blob {str(sha)[:12]} is corrupt: {e}") from e
+    if len(data) > limit: raise BlobError(f"blob {str(sha)[:12]} expands past {limit} bytes (REPLAY_MAX_BLOB_BYTES)")
+    if not inflate.eof: raise BlobError(f"blob {str(sha)[:12]} is truncated")
+    if self.blob_sha(data) != sha: raise BlobError(f"blob {str(sha)[:12]} does not match its sha256 (altered or corrupt)")
+    return data
 
   def blob_count(self) -> int: return self.conn.execute("SELECT count(*) FROM blobs").fetchone()[0]
 

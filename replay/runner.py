@@ -8,7 +8,7 @@ from __future__ import annotations
 import json, os, selectors, signal, struct, subprocess, sys, time
 from dataclasses import dataclass
 from typing import Optional
-from db import Store
+from db import Store, BlobError
 from replay.report import STATUSES
 
 
@@ -160,9 +160,15 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
     if stopped or not pending:
       w.task = None
       return
-    cap = pending.pop()
-    try: w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), options.tolerances, options.timeout)
-    except BrokenPipeError: w.task = cap  # the worker died at start; the select loop reports it
+    while pending:
+      cap = pending.pop()
+      try: w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), options.tolerances, options.timeout)
+      except (BlobError, ValueError) as e:   # a bad blob or flags: an outcome of its own, the rest still replays
+        record(cap, {"status": "error", "reason": f"{e}" if isinstance(e, BlobError) else f"capture {cap['id']} has unreadable flags: {e}"}, 0.0)
+        continue
+      except BrokenPipeError: w.task = cap  # the worker died at start; the select loop reports it
+      return
+    w.task = None
 
   try:
     for _ in range(min(options.jobs, len(captures))): start_worker()

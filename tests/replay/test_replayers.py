@@ -47,3 +47,22 @@ def test_a_capture_never_touches_the_disk_paths_it_names(tmp_path):
   devices = {u.arg for u in fresh.toposort if u.op.name == "DEVICE" and u.arg.startswith("DISK:")}
   assert devices and all(d.startswith(f"DISK:{scratch}") for d in devices)
   assert not target.exists()
+
+
+def test_one_bad_blob_is_an_error_for_its_capture_and_the_rest_replays(tmp_path):
+  """Issue 13.3: a corrupt blob does not stop the run."""
+  import sqlite3, zlib
+  from tests.replay.conftest import cli, capture_workloads
+  db = tmp_path / "r.db"
+  capture_workloads(db, "ref_add_const", "ref_matmul")
+  conn = sqlite3.connect(db)
+  victim, sha = conn.execute("SELECT id, input_sha FROM captures WHERE kind = 'kernel' ORDER BY id LIMIT 1").fetchone()
+  conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (zlib.compress(b"tampered"), sha))
+  conn.commit()
+  proc = cli("run", db=db)
+  assert proc.returncode == 4, proc.stdout + proc.stderr
+  total = conn.execute("SELECT count(*) FROM captures").fetchone()[0]
+  rows = conn.execute("SELECT capture_id, status, reason FROM outcomes").fetchall()
+  assert len(rows) == total
+  bad = [r for r in rows if r[1] != "same"]
+  assert [r[0] for r in bad] == [victim] and "does not match its sha256" in bad[0][2]

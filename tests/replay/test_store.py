@@ -46,3 +46,29 @@ def test_not_a_database_and_foreign_sqlite(tmp_path):
   conn = sqlite3.connect(tmp_path / "other.db"); conn.execute("CREATE TABLE foo (x)"); conn.commit(); conn.close()
   with pytest.raises(StoreError, match="not a replay database"): Store(str(tmp_path / "other.db"))
   with pytest.raises(StoreError, match="no replay database"): Store(str(tmp_path / "missing.db"), create=False)
+
+
+def _stored(tmp_path, payload: bytes):
+  s = Store(str(tmp_path / "r.db"))
+  s.add_capture(s.add_run(argv="[]"), "kernel", "k", "E_4", "here", payload, b"out", {})
+  return s, s.captures()[0]["input_sha"]
+
+
+def test_a_blob_that_does_not_match_its_hash_is_refused(tmp_path):
+  """Issue 13.2: blobs are checked against their sha256 when read."""
+  import zlib
+  from db import BlobError
+  s, sha = _stored(tmp_path, b"the captured input")
+  s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (zlib.compress(b"something else"), sha))
+  with pytest.raises(BlobError, match="does not match its sha256"): s.get_blob(sha)
+  s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (b"not zlib at all", sha))
+  with pytest.raises(BlobError, match="corrupt"): s.get_blob(sha)
+
+
+def test_a_blob_is_decompressed_with_a_size_limit(tmp_path, monkeypatch):
+  from db import BlobError
+  s, sha = _stored(tmp_path, b"\0" * 100_000)   # compresses to a few hundred bytes
+  monkeypatch.setenv("REPLAY_MAX_BLOB_BYTES", "10000")
+  with pytest.raises(BlobError, match="expands past 10000 bytes"): s.get_blob(sha)
+  monkeypatch.setenv("REPLAY_MAX_BLOB_BYTES", "100000")
+  assert s.get_blob(sha) == b"\0" * 100_000
