@@ -3,7 +3,7 @@
 All output of the command line about outcomes goes through here.
 """
 from __future__ import annotations
-import difflib, html, json
+import difflib, html, json, re
 from dataclasses import dataclass
 from xml.etree import ElementTree as ET
 from tabulate import tabulate
@@ -14,12 +14,37 @@ EXIT_OK, EXIT_CHANGED, EXIT_USAGE, EXIT_MISMATCH, EXIT_HARNESS = 0, 1, 2, 3, 4
 FORMATS = ("text", "markdown", "json", "junit", "html")
 
 
+# every field below can come from a database someone else wrote: control characters (terminal escape sequences,
+# characters XML cannot hold) are shown as \xNN, HTML is escaped, and markdown fences outgrow their content
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean(value) -> str:
+  """`value` as text without control characters (newlines and tabs stay)."""
+  return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+
+
+def esc(value) -> str: return html.escape(clean(value))
+
+
+def _fenced(text: str, info: str = "") -> list[str]:
+  """A markdown code block that `text` cannot close: the fence is longer than any run of backticks in it."""
+  longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+  fence = "`" * max(3, longest + 1)
+  return [fence + info, text, fence]
+
+
 @dataclass
 class Summary:
   replay: dict
   outcomes: list[dict]
   expect_no_change: bool = False
   allow_incompatible: bool = False
+
+  def __post_init__(self):
+    # a status this harness does not know (a hand-edited database) counts as an error, with the reason saying so
+    self.outcomes = [o if o["status"] in STATUSES else {**o, "status": "error", "reason": f"unknown status {clean(o['status'])!r}; "
+                                                        + (o.get("reason") or "")} for o in self.outcomes]
 
   @property
   def counts(self) -> dict[str, dict[str, int]]:
@@ -49,27 +74,36 @@ class Summary:
 
 def _title(s: Summary) -> str:
   r = s.replay
-  base = f"base {r.get('base_ref') or 'working tree'}" + (f" ({r['base_commit'][:10]})" if r.get("base_commit") else "")
-  return f"replay {r['id']}: captures of run {r.get('capture_run_id')} against {base}"
+  base = f"base {r.get('base_ref') or 'working tree'}" + (f" ({str(r['base_commit'])[:10]})" if r.get("base_commit") else "")
+  return clean(f"replay {r['id']}: captures of run {r.get('capture_run_id')} against {base}")
+
+
+def _heading(o: dict) -> str:
+  return clean(f"capture {o['capture_id']} [{o['kind']}] {o['status']}: {o['name']} @ {o['location']}")
 
 
 def _table_rows(s: Summary) -> list[list]:
   rows = []
   for kind, c in s.counts.items():
     total = sum(c.values())
-    if total or kind in KINDS: rows.append([kind, total] + [c[st] for st in STATUSES])
+    if total or kind in KINDS: rows.append([clean(kind), total] + [c[st] for st in STATUSES])
   return rows
 
 
+def _kinds(s: Summary) -> list[str]:
+  """The known kinds, then any other kind the outcomes name (reported, not dropped)."""
+  return list(KINDS) + sorted({o["kind"] for o in s.outcomes} - set(KINDS), key=str)
+
+
 def _detail(o: dict) -> str:
-  return o.get("diff") or o.get("reason") or ""
+  return clean(o.get("diff") or o.get("reason") or "")
 
 
 def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
   out = [_title(s), tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="simple")]
   shown = s.interesting()[:max_diffs]
   for o in shown:
-    out.append(f"\n--- capture {o['capture_id']} [{o['kind']}] {o['status']}: {o['name']} @ {o['location']}")
+    out.append(f"\n--- {_heading(o)}")
     lines = _detail(o).splitlines()
     out.extend(lines[:max_lines] + ([f"... ({len(lines) - max_lines} more lines; replay show {o['capture_id']})"] if len(lines) > max_lines else []))
   if len(s.interesting()) > len(shown): out.append(f"\n... and {len(s.interesting()) - len(shown)} more; see replay report")
@@ -78,10 +112,11 @@ def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
 
 
 def render_markdown(s: Summary, max_diffs: int = 10) -> str:
-  out = [f"### {_title(s)}", "", tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="github"), ""]
+  rows = [[esc(cell) if isinstance(cell, str) else cell for cell in row] for row in _table_rows(s)]
+  out = [f"### {esc(_title(s))}", "", tabulate(rows, headers=["kind", "total", *STATUSES], tablefmt="github"), ""]
   for o in s.interesting()[:max_diffs]:
-    out += [f"<details><summary>capture {o['capture_id']} [{o['kind']}] <b>{o['status']}</b>: {html.escape(o['name'])} @ "
-            f"<code>{html.escape(o['location'])}</code></summary>", "", "```diff", _detail(o), "```", "</details>", ""]
+    out += [f"<details><summary>capture {esc(o['capture_id'])} [{esc(o['kind'])}] <b>{esc(o['status'])}</b>: {esc(o['name'])} @ "
+            f"<code>{esc(o['location'])}</code></summary>", "", *_fenced(_detail(o), "diff"), "</details>", ""]
   out.append(f"**{s.verdict()[1]}**")
   return "\n".join(out)
 
@@ -99,13 +134,14 @@ def render_json(s: Summary) -> str:
 
 def render_junit(s: Summary) -> str:
   suites = ET.Element("testsuites", name="replay")
-  for kind in KINDS:
+  for kind in _kinds(s):
     group = [o for o in s.outcomes if o["kind"] == kind]
+    kind = clean(kind)
     suite = ET.SubElement(suites, "testsuite", name=f"replay.{kind}", tests=str(len(group)),
                           failures=str(sum(o["status"] in ("mismatch",) or (o["status"] == "changed" and s.expect_no_change) for o in group)),
                           errors=str(sum(o["status"] in ("error", "incompatible") for o in group)))
     for o in group:
-      case = ET.SubElement(suite, "testcase", classname=f"replay.{kind}", name=f"{o['capture_id']} {o['name']} @ {o['location']}",
+      case = ET.SubElement(suite, "testcase", classname=f"replay.{kind}", name=clean(f"{o['capture_id']} {o['name']} @ {o['location']}"),
                            time=f"{o.get('seconds') or 0.0:.3f}")
       if o["status"] == "mismatch" or (o["status"] == "changed" and s.expect_no_change):
         ET.SubElement(case, "failure", message=o["status"]).text = _detail(o)
@@ -128,16 +164,16 @@ def _side_by_side(diff_text: str) -> str:
 
 
 def render_html(s: Summary) -> str:
-  rows = "".join(f"<tr><td>{k}</td>" + "".join(f"<td>{v}</td>" for v in vals) + "</tr>" for k, *vals in _table_rows(s))
+  rows = "".join(f"<tr><td>{esc(k)}</td>" + "".join(f"<td>{esc(v)}</td>" for v in vals) + "</tr>" for k, *vals in _table_rows(s))
   sections = []
   for o in s.interesting():
-    body = _side_by_side(o["diff"]) if o.get("diff") and o["status"] == "changed" else f"<pre>{html.escape(_detail(o))}</pre>"
-    sections.append(f"<h3>capture {o['capture_id']} [{o['kind']}] {o['status']}: {html.escape(o['name'])} "
-                    f"<small>{html.escape(o['location'])}</small></h3>{body}")
+    body = _side_by_side(_detail(o)) if o.get("diff") and o["status"] == "changed" else f"<pre>{esc(_detail(o))}</pre>"
+    sections.append(f"<h3>capture {esc(o['capture_id'])} [{esc(o['kind'])}] {esc(o['status'])}: {esc(o['name'])} "
+                    f"<small>{esc(o['location'])}</small></h3>{body}")
   style = ("body{font-family:sans-serif} table.diff{font-family:monospace;font-size:12px} .diff_add{background:#cfc} .diff_chg{background:#ffa}"
            " .diff_sub{background:#fcc} td,th{padding:2px 8px}")
-  return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(_title(s))}</title><style>{style}</style></head><body>"
-          f"<h1>{html.escape(_title(s))}</h1><table border=1><tr><th>kind</th><th>total</th>{''.join(f'<th>{x}</th>' for x in STATUSES)}</tr>{rows}</table>"
+  return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(_title(s))}</title><style>{style}</style></head><body>"
+          f"<h1>{esc(_title(s))}</h1><table border=1><tr><th>kind</th><th>total</th>{''.join(f'<th>{x}</th>' for x in STATUSES)}</tr>{rows}</table>"
           f"<p><b>{html.escape(s.verdict()[1])}</b></p>{''.join(sections)}</body></html>")
 
 

@@ -84,3 +84,37 @@ def test_reset(tmp_path):
   capture_workloads(db, "ref_add_const")
   assert cli("reset", "--yes", db=db).returncode == 0
   assert cli("list", db=db).returncode == 4
+
+
+def _hostile_summary():
+  from replay.report import Summary
+  evil = "<img src=x onerror=alert(5)>\x1b[2J\x00"
+  outcomes = [
+    {"capture_id": 1, "kind": evil, "name": evil, "location": evil, "status": "changed", "reason": "",
+     "diff": "--- a\n+++ b\n-```\n+</details><script>alert(1)</script>\n+````\n", "metrics": "{}", "seconds": 0.1},
+    {"capture_id": 2, "kind": "exec", "name": "n", "location": "l", "status": "mismatch", "reason": evil, "diff": "", "metrics": "{}"},
+    {"capture_id": 3, "kind": "kernel", "name": "n", "location": "l", "status": evil, "reason": "", "diff": "", "metrics": "{}"},
+  ]
+  return Summary({"id": 1, "capture_run_id": 1, "base_ref": evil, "base_commit": "abc"}, outcomes)
+
+
+def test_reports_escape_every_field_from_the_database():
+  """Issue 13.6: fields from a database or a user cannot inject HTML, break markdown, invalidate XML or drive the terminal."""
+  from replay import report
+  s = _hostile_summary()
+  page = report.render(s, "html")
+  assert "<img" not in page and "<script" not in page and "&lt;img" in page
+  md = report.render(s, "markdown")
+  assert "\x1b" not in md and "\x00" not in md
+  outside, fence = [], None   # raw text from the database may only appear inside code blocks it cannot close
+  for line in md.splitlines():
+    if fence is None and line.startswith("```"): fence = line[:len(line) - len(line.lstrip("`"))]
+    elif fence is not None and line == fence: fence = None
+    elif fence is None: outside.append(line)
+  assert fence is None and not any("<img" in line or "<script" in line or "</details><" in line for line in outside)
+  assert any(line.startswith("`````") for line in md.splitlines())   # longer than the four backticks the diff holds
+  suites = ET.fromstring(report.render(s, "junit"))   # valid XML despite control characters
+  assert any(evil_kind.get("name", "").startswith("replay.<img") for evil_kind in suites)   # unknown kinds are reported
+  text = report.render(s, "text")
+  assert "\x1b" not in text and "\\x1b" in text
+  assert s.totals()["error"] == 1 and "unknown status" in s.outcomes[2]["reason"]   # unknown statuses count as errors
