@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -53,7 +53,14 @@ def _migrate_to_1(db: "sqlite_utils.Database") -> None:
   db["outcomes"].create_index(["capture_id"])
 
 
-MIGRATIONS = [_migrate_to_1]
+def _migrate_to_2(db: "sqlite_utils.Database") -> None:
+  """Replays remember how many captures they selected (to tell a finished replay from an interrupted one) and
+  the policy they ran under (so that a later report gives the same verdict)."""
+  db["replays"].add_column("selected", int)
+  db["replays"].add_column("policy", str)
+
+
+MIGRATIONS = [_migrate_to_1, _migrate_to_2]
 
 
 class Store:

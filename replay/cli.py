@@ -5,7 +5,7 @@ A thin click layer: selection, revisions, the runner and the reports do the work
 incompatible captures, or the harness itself failed.
 """
 from __future__ import annotations
-import json, os, pathlib, subprocess, sys, time
+import json, os, pathlib, signal, subprocess, sys, time
 from typing import Optional
 import click
 from tabulate import tabulate
@@ -99,7 +99,7 @@ def _tolerances(rtol, atol) -> Optional[dict]:
 
 
 def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], base_ref: Optional[str], merge_base: bool, jobs, timeout,
-              max_changed, rtol, atol) -> rpt.Summary:
+              max_changed, rtol, atol, expect_no_change: bool = False, allow_incompatible: bool = False) -> rpt.Summary:
   from replay.runner import replay_captures, RunOptions
   from replay import revisions
   from replay.capture import git_state
@@ -114,11 +114,14 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
       path, fields = [str(revisions.overlay(sha, root))], {"base_ref": base_ref, "base_commit": sha}
     except RevisionError as e: raise HarnessError(str(e)) from None
   options = RunOptions(jobs=jobs or max(1, os.cpu_count() or 1), timeout=timeout, max_changed=max_changed, tolerances=_tolerances(rtol, atol))
+  # the policy is stored with the replay, so that `replay report` later gives the verdict this run gave
+  fields["policy"] = json.dumps({"expect_no_change": expect_no_change, "allow_incompatible": allow_incompatible, "max_changed": max_changed,
+                                 "tolerances": options.tolerances})
   try: result = replay_captures(store, captures, path, {"capture_run_id": capture_run, "head_commit": head, "argv": json.dumps(sys.argv), **fields}, options)
   except ValueError as e: raise click.UsageError(str(e)) from None
   except RuntimeError as e: raise HarnessError(str(e)) from None
   replay_row = store.replay(result.replay_id)
-  summary = rpt.Summary(replay_row, store.outcomes(result.replay_id))
+  summary = rpt.Summary.from_row(replay_row, store.outcomes(result.replay_id))
   if result.stopped_early: click.echo(f"replay: stopped early after --max-changed {max_changed}", err=True)
   return summary
 
@@ -139,8 +142,7 @@ def run(runs, kinds, names, location, ids, jobs, timeout, max_changed, expect_no
   """Replay captures against the working tree (a determinism check right after capturing)."""
   store = _store()
   caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
-  summary = do_replay(store, caps, cap_run, None, False, jobs, timeout, max_changed, rtol, atol)
-  summary.expect_no_change, summary.allow_incompatible = expect_no_change, allow_incompatible
+  summary = do_replay(store, caps, cap_run, None, False, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible)
   sys.exit(finish(store, summary, fmt, output))
 
 
@@ -153,8 +155,7 @@ def diff(base, merge_base, runs, kinds, names, location, ids, jobs, timeout, max
   """Replay captures with the compiler of another revision; base is `-`, captured is `+` in the diffs."""
   store = _store()
   caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
-  summary = do_replay(store, caps, cap_run, base, merge_base, jobs, timeout, max_changed, rtol, atol)
-  summary.expect_no_change, summary.allow_incompatible = expect_no_change, allow_incompatible
+  summary = do_replay(store, caps, cap_run, base, merge_base, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible)
   sys.exit(finish(store, summary, fmt, output))
 
 
@@ -207,10 +208,11 @@ def report(replay_id, fmt, output):
   store = _store()
   row = store.replay(replay_id)
   if row is None: raise HarnessError("no replay found" + (f" with id {replay_id}" if replay_id else "; run `replay run` or `replay diff` first"))
-  summary = rpt.Summary(row, store.outcomes(row["id"]))
+  summary = rpt.Summary.from_row(row, store.outcomes(row["id"]))
   text = rpt.render(summary, fmt)
   if output: pathlib.Path(output).write_text(text); click.echo(f"wrote {fmt} report of replay {row['id']} to {output}")
   else: click.echo(text)
+  sys.exit(summary.verdict()[0])   # the stored replay's verdict, under the policy it ran with
 
 
 @cli.command()
@@ -262,8 +264,8 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
   if code != 0: raise HarnessError(f"the captured command failed with exit code {code}: {' '.join(command)}")
   if not sum(counts.values()): raise HarnessError(f"the captured command captured nothing: {' '.join(command)}")
   store = _store()
-  summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None)
-  summary.expect_no_change, summary.allow_incompatible = expect_no_change or promised, allow_incompatible
+  summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None,
+                      expect_no_change or promised, allow_incompatible)
   exit_code = finish(store, summary, "text", None)
   if junit: pathlib.Path(junit).write_text(rpt.render(summary, "junit"))
   if html: pathlib.Path(html).write_text(rpt.render(summary, "html"))
@@ -274,6 +276,8 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
 
 
 def main() -> None:
+  # SIGTERM unwinds like an exception, so that the runner's cleanup kills its workers (also one stuck in a kernel)
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
   try: cli(prog_name="replay")
   except KeyboardInterrupt:
     click.echo("replay: interrupted", err=True)

@@ -41,6 +41,25 @@ class Summary:
   expect_no_change: bool = False
   allow_incompatible: bool = False
 
+  @staticmethod
+  def from_row(replay: dict, outcomes: list[dict]) -> "Summary":
+    """The summary of a stored replay under the policy it ran with."""
+    try: policy = json.loads(replay.get("policy") or "{}")
+    except ValueError: policy = {}
+    if not isinstance(policy, dict): policy = {}
+    return Summary(replay, outcomes, bool(policy.get("expect_no_change")), bool(policy.get("allow_incompatible")))
+
+  def missing(self) -> int:
+    """Selected captures without an outcome: the replay was interrupted (0 when it stopped early on purpose)."""
+    selected = self.replay.get("selected")
+    if not isinstance(selected, int): return 0
+    try: policy = json.loads(self.replay.get("policy") or "{}")
+    except ValueError: policy = {}
+    cap = policy.get("max_changed") if isinstance(policy, dict) else None
+    t = self.totals()
+    if isinstance(cap, int) and cap > 0 and t["changed"] + t["mismatch"] >= cap: return 0   # --max-changed stopped it
+    return max(0, selected - len(self.outcomes))
+
   def __post_init__(self):
     # a status this harness does not know (a hand-edited database) counts as an error, with the reason saying so
     self.outcomes = [o if o["status"] in STATUSES else {**o, "status": "error", "reason": f"unknown status {clean(o['status'])!r}; "
@@ -56,10 +75,17 @@ class Summary:
     return {s: sum(c[s] for c in self.counts.values()) for s in STATUSES}
 
   def verdict(self) -> tuple[int, str]:
-    """(exit code, one-line verdict) under the policy of DESIGN.md."""
+    """(exit code, one-line verdict) under the policy of DESIGN.md; a replay that did not finish is INCOMPLETE."""
+    code, line = self._policy_verdict()
+    if (missing := self.missing()):
+      n = len(self.outcomes)
+      return EXIT_HARNESS, f"INCOMPLETE: replayed {n} of {n + missing} selected captures (the replay did not finish); so far: {line}"
+    return code, line
+
+  def _policy_verdict(self) -> tuple[int, str]:
     t = self.totals()
     n = len(self.outcomes)
-    if n == 0: return EXIT_HARNESS, "FAIL: nothing was replayed (no captures selected)"
+    if n == 0: return EXIT_HARNESS, "FAIL: nothing was replayed"
     if t["mismatch"]: return EXIT_MISMATCH, f"FAIL: {t['mismatch']} of {n} captures produce different outputs"
     if (t["error"] or t["incompatible"]) and not self.allow_incompatible:
       return EXIT_HARNESS, f"FAIL: {t['error']} replay errors and {t['incompatible']} incompatible captures of {n}"

@@ -113,7 +113,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
                     env_extra: Optional[dict[str, str]] = None) -> ReplayResult:
   """Replay `captures` with the compiler found on `python_path`; every outcome lands in `outcomes`."""
   t0 = time.monotonic()
-  replay_id = store.add_replay(jobs=options.jobs, **replay_fields)
+  replay_id = store.add_replay(jobs=options.jobs, selected=len(captures), **replay_fields)
   limit = _limit(options.max_changed, len(captures))
   pending = list(reversed(captures))
   outcomes: list[dict] = []

@@ -118,3 +118,23 @@ def test_reports_escape_every_field_from_the_database():
   text = report.render(s, "text")
   assert "\x1b" not in text and "\\x1b" in text
   assert s.totals()["error"] == 1 and "unknown status" in s.outcomes[2]["reason"]   # unknown statuses count as errors
+
+
+def test_an_interrupted_replay_is_incomplete_and_report_uses_the_stored_policy(tmp_path):
+  """Issue 13.4: a replay that did not finish is never reported as complete; report applies the policy it ran with."""
+  from db import Store
+  db = tmp_path / "r.db"
+  capture_workloads(db, "ref_add_const", "ref_matmul")
+  store = Store(str(db))
+  caps = store.captures()
+  half = store.add_replay(jobs=1, selected=len(caps), capture_run_id=caps[0]["run_id"], policy="{}")   # killed half-way
+  store.add_outcomes([{"replay_id": half, "capture_id": c["id"], "status": "same", "reason": "", "diff": "", "metrics": "{}", "seconds": 0.0}
+                      for c in caps[:len(caps) // 2]])
+  proc = cli("report", "--replay", str(half), db=db)
+  assert proc.returncode == 4, proc.stdout
+  assert f"INCOMPLETE: replayed {len(caps) // 2} of {len(caps)} selected captures" in proc.stdout
+  promised = store.add_replay(jobs=1, selected=1, capture_run_id=caps[0]["run_id"], policy=json.dumps({"expect_no_change": True}))
+  store.add_outcomes([{"replay_id": promised, "capture_id": caps[0]["id"], "status": "changed", "reason": "", "diff": "-a\n+b",
+                       "metrics": "{}", "seconds": 0.0}])
+  proc = cli("report", "--replay", str(promised), db=db)
+  assert proc.returncode == 1 and "no change was promised" in proc.stdout, proc.stdout
