@@ -3,7 +3,7 @@ which the harness (`replay/`, `db/`) is the current one and the system under tes
 worktree. The system under test is `[tool.replay] sut` in pyproject.toml (default scheduler, runtimes).
 """
 from __future__ import annotations
-import os, pathlib, shutil, subprocess
+import os, pathlib, re, shutil, subprocess
 from typing import Optional
 
 HARNESS_PACKAGES = ("replay", "db")
@@ -38,16 +38,22 @@ def resolve(rev: str, merge_base: bool = False, cwd: Optional[str] = None) -> st
   return sha
 
 
+_PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
 def sut_packages(root: Optional[pathlib.Path] = None) -> tuple[str, ...]:
+  """`[tool.replay] sut` of pyproject.toml: plain top-level package names (no paths, no dots)."""
   path = (root or harness_root()) / "pyproject.toml"
   if not path.exists(): return DEFAULT_SUT
   try:
     import tomllib
+    sut = tomllib.loads(path.read_text()).get("tool", {}).get("replay", {}).get("sut")
   except ImportError:  # Python 3.10
-    return _sut_from_text(path.read_text())
-  data = tomllib.loads(path.read_text())
-  sut = data.get("tool", {}).get("replay", {}).get("sut")
-  return tuple(sut) if sut else DEFAULT_SUT
+    sut = list(_sut_from_text(path.read_text()))
+  names = tuple(sut) if sut else DEFAULT_SUT
+  bad = [n for n in names if not isinstance(n, str) or not _PACKAGE_NAME.match(n) or n in HARNESS_PACKAGES]
+  if bad: raise RevisionError(f"[tool.replay] sut in {path} must list plain package names other than replay and db; got {bad}")
+  return names
 
 
 def _sut_from_text(text: str) -> tuple[str, ...]:
@@ -63,15 +69,31 @@ def cache_root(root: pathlib.Path) -> pathlib.Path:
   return pathlib.Path(os.getenv("REPLAY_CACHE_DIR") or (root / ".replay"))
 
 
+def _valid_worktree(path: pathlib.Path, sha: str) -> bool:
+  """A complete checkout of `sha`: at that commit, with nothing missing or changed (a kill mid-checkout fails this)."""
+  if not (path / ".git").exists(): return False
+  try: return git("rev-parse", "HEAD", cwd=str(path)) == sha and git("status", "--porcelain", "--untracked-files=no", cwd=str(path)) == ""
+  except RevisionError: return False
+
+
 def worktree(sha: str, root: pathlib.Path) -> pathlib.Path:
-  """A detached worktree of `sha`, made once and reused."""
+  """A detached worktree of `sha`, made once and reused. It is built under a private name and moved into place
+  when complete, so a killed or concurrent `replay diff` never leaves (or uses) a half-made one."""
   path = cache_root(root) / "worktrees" / sha
-  if (path / ".git").exists():
-    return path
+  if _valid_worktree(path, sha): return path
   path.parent.mkdir(parents=True, exist_ok=True)
-  if path.exists(): shutil.rmtree(path)
   git("worktree", "prune", cwd=str(root))
-  git("worktree", "add", "--detach", "--force", str(path), sha, cwd=str(root))
+  building = path.parent / f".{sha}.{os.getpid()}"
+  if building.exists(): shutil.rmtree(building)
+  git("worktree", "add", "--detach", "--force", str(building), sha, cwd=str(root))
+  if path.exists() and not _valid_worktree(path, sha):
+    try: git("worktree", "remove", "--force", str(path), cwd=str(root))
+    except RevisionError: shutil.rmtree(path, ignore_errors=True)
+    git("worktree", "prune", cwd=str(root))
+  try: git("worktree", "move", str(building), str(path), cwd=str(root))
+  except RevisionError:   # another process finished first: use its worktree, drop ours
+    git("worktree", "remove", "--force", str(building), cwd=str(root))
+    if not _valid_worktree(path, sha): raise
   return path
 
 

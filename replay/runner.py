@@ -40,7 +40,9 @@ class ReplayResult:
 
 class _Worker:
   def __init__(self, python_path: list[str], env_extra: dict[str, str]):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "CAPTURE_PROCESS_REPLAY": "0", **env_extra}
+    from replay import isolation, revisions
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "CAPTURE_PROCESS_REPLAY": "0",
+           isolation.ROOT_ENV: python_path[0], isolation.PACKAGES_ENV: ",".join(revisions.sut_packages()), **env_extra}
     env.pop("PYTEST_CURRENT_TEST", None)
     self.proc = subprocess.Popen([sys.executable, "-m", "replay.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL if not os.getenv("REPLAY_WORKER_STDERR") else None, env=env,

@@ -28,6 +28,8 @@ def main() -> None:
   sys.stdout = sys.stderr
   os.environ["CAPTURE_PROCESS_REPLAY"] = "0"
   stdin = sys.stdin.buffer
+  from replay import isolation
+  isolation.install()   # the system under test comes from the tree under test, or not at all
   from replay.replayers import replay_one
   send(proto_out, {"ready": True, "pid": os.getpid()})
   while True:
@@ -36,6 +38,9 @@ def main() -> None:
     header = json.loads(read_exact(stdin, hlen))
     input_data, output_data = read_exact(stdin, header["input_len"]), read_exact(stdin, header["output_len"])
     result = replay_one(header["kind"], input_data, output_data, header["flags"], header.get("tolerances"))
+    if (foreign := isolation.foreign_modules()):
+      result = {"status": "incompatible", "reason": "the system under test was not loaded from the tree under test: " + ", ".join(foreign[:5]),
+                "diff": "", "metrics": {}, "compiler_seconds": 0.0}
     result["capture_id"] = header["capture_id"]
     send(proto_out, result)
 

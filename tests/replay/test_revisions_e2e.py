@@ -101,3 +101,35 @@ def test_bad_revision_and_empty_database_are_clear_errors(repo, tmp_path):
   assert proc.returncode == 4 and "unknown revision" in proc.stderr and "Traceback" not in proc.stderr
   proc = cli("diff", db=db, cwd=repo)
   assert proc.returncode == 2 and "--base" in proc.stderr
+
+
+def test_a_base_without_a_package_is_incompatible_and_never_replays_the_current_code(repo, tmp_path):
+  """Issue 13.1: with the project installed, a base that lacks `runtimes` must not fall back to this tree's copy."""
+  commit_on_a(repo, "no-runtimes", lambda r: git(r, "rm", "-rq", "runtimes"))
+  git(repo, "checkout", "-q", "main")
+  db = tmp_path / "r.db"
+  capture_workloads(db, *WORKLOADS, cwd=repo)
+  proc = cli("diff", "--base", "no-runtimes", db=db, cwd=repo)
+  st = statuses(proc.stdout)
+  assert proc.returncode == 4 and st["kernel"]["incompatible"] == st["kernel"]["total"] > 0, proc.stdout
+  assert "no package 'runtimes'" in proc.stdout
+
+
+def test_a_half_made_worktree_is_rebuilt_before_use(repo, tmp_path):
+  """Issue 13.1: a worktree left incomplete (a kill during checkout) is not reused."""
+  from replay import revisions
+  git(repo, "checkout", "-q", "main")
+  sha = git(repo, "rev-parse", "HEAD")
+  tree = revisions.worktree(sha, repo)
+  (tree / "scheduler" / "ops.py").unlink()
+  assert not revisions._valid_worktree(tree, sha)
+  again = revisions.worktree(sha, repo)
+  assert again == tree and (tree / "scheduler" / "ops.py").exists() and revisions._valid_worktree(tree, sha)
+
+
+def test_sut_entries_must_be_plain_package_names(tmp_path):
+  from replay import revisions
+  (tmp_path / "pyproject.toml").write_text('[tool.replay]\nsut = ["scheduler", "../elsewhere"]\n')
+  with pytest.raises(revisions.RevisionError, match="plain package names"): revisions.sut_packages(tmp_path)
+  (tmp_path / "pyproject.toml").write_text('[tool.replay]\nsut = ["scheduler", "runtimes"]\n')
+  assert revisions.sut_packages(tmp_path) == ("scheduler", "runtimes")
