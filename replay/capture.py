@@ -5,7 +5,7 @@ buffers before the kernels overwrite them) and its outputs when it returns, then
 database in one transaction: a capture is durable as soon as the captured call has returned.
 """
 from __future__ import annotations
-import atexit, hashlib, json, os, platform, socket, subprocess, sys, weakref
+import atexit, hashlib, json, os, platform, socket, subprocess, sys, threading, weakref
 from typing import Any, Optional
 import numpy as np
 from db import Store
@@ -19,21 +19,34 @@ _PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in
 
 
 class _Sink:
-  """The per-process connection and run; reopened after a fork."""
+  """The run of this process and one database connection per thread (a connection and its transactions cannot be
+  shared by threads that capture at the same time); everything is reopened after a fork."""
   def __init__(self):
     self.pid: Optional[int] = None
-    self.store: Optional[Store] = None
     self.run_id: Optional[int] = None
+    self.lock = threading.Lock()
+    self.local = threading.local()
 
   def get(self) -> tuple[Store, int]:
-    if self.pid != os.getpid():
-      self.pid, self.store = os.getpid(), Store()
-      self.store.preload_blob_shas()
-      env_run = os.getenv("REPLAY_RUN_ID")
-      self.run_id = int(env_run) if env_run else self.store.add_run(**run_info())
-      if not env_run: atexit.register(self._finish, self.store, self.run_id)
-    assert self.store is not None and self.run_id is not None
-    return self.store, self.run_id
+    with self.lock:
+      if self.pid != os.getpid():   # a new process (or the first capture): a new run, new connections
+        self.pid, self.local = os.getpid(), threading.local()
+        store = self._thread_store()
+        env_run = os.getenv("REPLAY_RUN_ID")
+        self.run_id = int(env_run) if env_run else store.add_run(**run_info())
+        if not env_run: atexit.register(self._finish, store, self.run_id)
+    assert self.run_id is not None
+    return self._thread_store(), self.run_id
+
+  def _thread_store(self) -> Store:
+    store = getattr(self.local, "store", None)
+    if store is None:
+      store = self.local.store = Store()
+      store.preload_blob_shas()
+    return store
+
+  @property
+  def store(self) -> Optional[Store]: return getattr(self.local, "store", None)
 
   @staticmethod
   def _finish(store: Store, run_id: int) -> None:
@@ -106,13 +119,15 @@ def _exec_inputs(sink) -> tuple[dict, dict]:
   return contents, {"omitted_buffers": len(omitted), "omitted_bytes": sum(omitted)} if omitted else {}
 
 
-_graph_memo: list = [None, b""]  # (the last graph pickled, its bytes): a realize and its schedule share one graph
+# per thread, the last graph pickled and its bytes: a realize and its schedule share one graph
+_graph_memo = threading.local()
 
 
 def graph_bytes(sink) -> bytes:
-  if _graph_memo[0] is not None and _graph_memo[0]() is sink: return _graph_memo[1]
+  last = getattr(_graph_memo, "last", None)
+  if last is not None and last[0]() is sink: return last[1]
   data = serialize.dumps(sink)
-  _graph_memo[0], _graph_memo[1] = weakref.ref(sink), data
+  _graph_memo.last = (weakref.ref(sink), data)
   return data
 
 

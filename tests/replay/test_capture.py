@@ -83,6 +83,32 @@ def test_four_concurrent_writers_lose_nothing(tmp_path):
   assert len({c["run_id"] for c in s.captures()}) == 4
 
 
+def test_captures_from_four_threads_are_all_stored(tmp_path):
+  """Issue 13.5: threads of one process capture through their own connections into the process's one run."""
+  db = tmp_path / "r.db"
+  code = """
+    import threading
+    import numpy as np
+    from scheduler import Tensor
+    errors = []
+    def work(k):
+      try:
+        x = Tensor(np.arange(16, dtype=np.float32) + k).realize()
+        for i in range(10): (x * (i + 1)).realize()
+      except Exception as e: errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    assert not errors, errors
+  """
+  proc = run_py(code, db, extra_env={"REPLAY_RUN_ID": ""})
+  assert proc.wait(timeout=300) == 0
+  s = Store(str(db))
+  counts = s.capture_counts()
+  assert counts["exec"] == 4 * 11 and counts["schedule"] == 4 * 11, counts
+  assert len({c["run_id"] for c in s.captures()}) == 1
+
+
 class _Evil:
   def __reduce__(self): return (os.system, (f"touch {os.environ.get('EVIL_MARKER', '/tmp/evil-marker')}",))
 
