@@ -17,6 +17,10 @@ class StoreError(RuntimeError):
   """The database cannot be used: unreadable, corrupt, or from a newer version of the harness."""
 
 
+class NoDatabase(StoreError):
+  """There is no replay database at the path yet (a usage mistake, not a failure)."""
+
+
 class BlobError(StoreError):
   """One blob cannot be used (missing, corrupt, too large, or not what its hash says); other captures still can."""
 
@@ -68,7 +72,9 @@ class Store:
 
   def __init__(self, path: Optional[str] = None, create: bool = True):
     self.path = path or default_path()
-    if not create and not os.path.exists(self.path): raise StoreError(f"no replay database at {self.path} (capture something first)")
+    if not create and (not os.path.exists(self.path) or os.path.getsize(self.path) == 0):
+      # an empty file stays empty: reading commands never write a schema into it
+      raise NoDatabase(f"no replay database at {self.path} (capture something first)")
     if os.path.dirname(self.path): os.makedirs(os.path.dirname(self.path), exist_ok=True)
     try:
       conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)

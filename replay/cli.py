@@ -9,20 +9,27 @@ import json, os, pathlib, signal, subprocess, sys, time
 from typing import Optional
 import click
 from tabulate import tabulate
-from db import Store, StoreError
+from db import Store, StoreError, NoDatabase
 from replay import report as rpt
-from replay.revisions import RevisionError
+from replay.revisions import RevisionError, UnknownRevision
 
 EXIT_HARNESS = rpt.EXIT_HARNESS
 
 
 class HarnessError(click.ClickException):
+  """The harness could not do its job (a bad database, a git failure): exit 4."""
   exit_code = EXIT_HARNESS
   def show(self, file=None): click.echo(f"replay: error: {self.message}", err=True)
 
 
+class UsageMistake(HarnessError):
+  """What was asked for does not exist (no database yet, no such capture, revision or match): exit 2."""
+  exit_code = rpt.EXIT_USAGE
+
+
 def _store(create: bool = False) -> Store:
   try: return Store(create=create)
+  except NoDatabase as e: raise UsageMistake(str(e)) from None
   except StoreError as e: raise HarnessError(str(e)) from None
 
 
@@ -87,8 +94,9 @@ def policy_options(f):
 
 def select_captures(store: Store, runs, kinds, names, location, ids) -> tuple[list[dict], Optional[int]]:
   run_ids = list(runs) or ([] if ids else ([r] if (r := store.latest_run_id()) is not None else []))
-  if not run_ids and not ids: raise HarnessError(f"no captures in {store.path}; run `replay capture -- CMD` first")
+  if not run_ids and not ids: raise UsageMistake(f"no captures in {store.path}; run `replay capture -- CMD` first")
   caps = store.captures(run_ids=run_ids or None, kinds=kinds or None, names=names or None, location=location, ids=ids or None)
+  if not caps and (kinds or names or location or ids or runs): raise UsageMistake("the selection matched no captures")
   return caps, (run_ids[0] if len(run_ids) == 1 else None)
 
 
@@ -103,7 +111,7 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   from replay.runner import replay_captures, RunOptions
   from replay import revisions
   from replay.capture import git_state
-  if not captures: raise HarnessError("the selection matched no captures")
+  if not captures: raise UsageMistake("the selection matched no captures")
   head, _ = git_state()
   if base_ref is None:
     path, fields = [str(revisions.harness_root())], {"base_ref": None, "base_commit": None}
@@ -112,6 +120,7 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
       root = revisions.repo_root()
       sha = revisions.resolve(base_ref, merge_base, cwd=str(root))
       path, fields = [str(revisions.overlay(sha, root))], {"base_ref": base_ref, "base_commit": sha}
+    except UnknownRevision as e: raise UsageMistake(str(e)) from None
     except RevisionError as e: raise HarnessError(str(e)) from None
   options = RunOptions(jobs=jobs or max(1, os.cpu_count() or 1), timeout=timeout, max_changed=max_changed, tolerances=_tolerances(rtol, atol))
   # the policy is stored with the replay, so that `replay report` later gives the verdict this run gave
@@ -182,7 +191,7 @@ def show(capture_id):
   from replay.compare import ast_text, schedule_text
   store = _store()
   cap = store.capture(capture_id)
-  if cap is None: raise HarnessError(f"no capture with id {capture_id} in {store.path}")
+  if cap is None: raise UsageMistake(f"no capture with id {capture_id} in {store.path}")
   click.echo(f"capture {cap['id']} [{cap['kind']}] {cap['name']}\nrun {cap['run_id']}  location {cap['location']}\nkey {cap['key']}")
   flags = json.loads(cap["flags"])
   click.echo("flags " + " ".join(f"{k}={v}" for k, v in flags.items() if v))
@@ -207,7 +216,7 @@ def report(replay_id, fmt, output):
   """Render a stored replay as text, markdown, json, junit or html."""
   store = _store()
   row = store.replay(replay_id)
-  if row is None: raise HarnessError("no replay found" + (f" with id {replay_id}" if replay_id else "; run `replay run` or `replay diff` first"))
+  if row is None: raise UsageMistake("no replay found" + (f" with id {replay_id}" if replay_id else "; run `replay run` or `replay diff` first"))
   summary = rpt.Summary.from_row(row, store.outcomes(row["id"]))
   text = rpt.render(summary, fmt)
   if output: pathlib.Path(output).write_text(text); click.echo(f"wrote {fmt} report of replay {row['id']} to {output}")
@@ -255,6 +264,7 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
   (3); kernel changes fail (1) only if no change was promised; errors and incompatible captures fail (4)."""
   from replay import revisions
   try: revisions.resolve(base, merge_base, cwd=str(revisions.repo_root()))
+  except UnknownRevision as e: raise UsageMistake(str(e)) from None
   except RevisionError as e: raise HarnessError(str(e)) from None
   promised, where = promised_no_change()
   if promised and not expect_no_change: click.echo(f"replay gate: {NO_CHANGE_MARKER} found in {where}: kernel changes fail", err=True)

@@ -14,6 +14,10 @@ class RevisionError(RuntimeError):
   """A git operation failed: unknown revision, not a repository, worktree trouble."""
 
 
+class UnknownRevision(RevisionError):
+  """The revision names no commit of the repository (a usage mistake)."""
+
+
 def git(*args: str, cwd: Optional[str] = None) -> str:
   try: proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
   except FileNotFoundError: raise RevisionError("git is not installed") from None
@@ -33,7 +37,7 @@ def harness_root() -> pathlib.Path:
 def resolve(rev: str, merge_base: bool = False, cwd: Optional[str] = None) -> str:
   try: sha = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=cwd) if rev else ""
   except RevisionError: sha = ""
-  if not sha: raise RevisionError(f"unknown revision {rev!r} (not a branch, tag or commit of this repository)")
+  if not sha: raise UnknownRevision(f"unknown revision {rev!r} (not a branch, tag or commit of this repository)")
   if merge_base: sha = git("merge-base", "HEAD", sha, cwd=cwd)
   return sha
 

@@ -57,7 +57,7 @@ def test_list_and_show(captured):
   sched = cli("list", "--kind", "schedule", "--limit", "1", db=captured).stdout.splitlines()[2].split()[0]
   assert "=== kernel 0 ===" in cli("show", sched, db=captured).stdout
   proc = cli("show", "999999", db=captured)
-  assert proc.returncode == 4 and "no capture with id 999999" in proc.stderr
+  assert proc.returncode == 2 and "no capture with id 999999" in proc.stderr   # issue 13.8: usage mistakes exit 2
 
 
 def test_selection_filters_and_early_stop(captured):
@@ -67,7 +67,7 @@ def test_selection_filters_and_early_stop(captured):
   proc = cli("run", "--max-changed", "abc", db=captured)
   assert proc.returncode == 2 and "--max-changed" in proc.stderr
   proc = cli("run", "--name", "no-such-name", db=captured)
-  assert proc.returncode == 4 and "matched no captures" in proc.stderr
+  assert proc.returncode == 2 and "matched no captures" in proc.stderr
 
 
 def test_usage_errors_exit_2_and_help_everywhere(captured):
@@ -83,7 +83,18 @@ def test_reset(tmp_path):
   db = tmp_path / "r.db"
   capture_workloads(db, "ref_add_const")
   assert cli("reset", "--yes", db=db).returncode == 0
-  assert cli("list", db=db).returncode == 4
+  assert cli("list", db=db).returncode == 2
+
+
+def test_usage_mistakes_exit_2_and_reading_an_empty_file_writes_nothing(tmp_path):
+  """Issue 13.7, 13.8: no database yet, an empty file, no such replay or revision: one line, exit 2, nothing written."""
+  for args in (("list",), ("show", "1"), ("report",), ("run",)):
+    proc = cli(*args, db=tmp_path / "missing.db")
+    assert proc.returncode == 2 and proc.stderr.startswith("replay: error: no replay database"), (args, proc.stderr)
+  empty = tmp_path / "empty.db"
+  empty.touch()
+  assert cli("list", db=empty).returncode == 2 and empty.stat().st_size == 0
+  assert not (tmp_path / "missing.db").exists()
 
 
 def _hostile_summary():

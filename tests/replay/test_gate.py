@@ -57,7 +57,7 @@ def test_incompatible_fails_with_4_unless_allowed(repo, tmp_path):
   assert gate(repo, tmp_path).returncode == 4
   assert gate(repo, tmp_path, "--allow-incompatible").returncode == 0
   proc = cli("gate", "--base", "nope", *CMD, db=tmp_path / "r.db", cwd=repo)
-  assert proc.returncode == 4 and "unknown revision" in proc.stderr
+  assert proc.returncode == 2 and "unknown revision" in proc.stderr   # a usage mistake (issue 13.8)
 
 
 SAMPLE_TESTS = '''

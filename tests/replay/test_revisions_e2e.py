@@ -95,10 +95,10 @@ def test_bad_revision_and_empty_database_are_clear_errors(repo, tmp_path):
   git(repo, "checkout", "-q", "main")
   db = tmp_path / "r.db"
   proc = cli("diff", "--base", "main", db=db, cwd=repo)
-  assert proc.returncode == 4 and "capture something first" in proc.stderr and "Traceback" not in proc.stderr
+  assert proc.returncode == 2 and "capture something first" in proc.stderr and "Traceback" not in proc.stderr
   capture_workloads(db, "ref_add_const", cwd=repo)
   proc = cli("diff", "--base", "no-such-branch", db=db, cwd=repo)
-  assert proc.returncode == 4 and "unknown revision" in proc.stderr and "Traceback" not in proc.stderr
+  assert proc.returncode == 2 and "unknown revision" in proc.stderr and "Traceback" not in proc.stderr
   proc = cli("diff", db=db, cwd=repo)
   assert proc.returncode == 2 and "--base" in proc.stderr
 
