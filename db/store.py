@@ -107,7 +107,10 @@ class Store:
       if not self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone(): return 0
       row = self.conn.execute("SELECT version FROM schema_version").fetchone()
     except sqlite3.DatabaseError as e: raise StoreError(f"{self.path} is not a usable replay database: {e}") from e
-    return row[0] if row else 0
+    if row is None: return 0
+    if not isinstance(row[0], int) or isinstance(row[0], bool):
+      raise StoreError(f"{self.path} has schema version {row[0]!r}, which is not a version number; it is not a usable replay database")
+    return row[0]
 
   def _migrate(self) -> None:
     try:

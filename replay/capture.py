@@ -55,6 +55,7 @@ class _Sink:
 
 
 SINK = _Sink()
+_WARNED: list[int] = []   # this process already warned that captures cannot be stored
 
 
 def run_info(argv: Optional[list[str]] = None) -> dict:
@@ -170,7 +171,10 @@ class CapturePoint:
     if exc_type is not None or not self.has_output: return False
     try: self._store()
     except Exception as e:
-      print(f"replay capture: could not store a {self.kind} capture ({type(e).__name__}: {e})", file=sys.stderr)
+      if os.getpid() not in _WARNED:   # one warning per process, not one per capture
+        _WARNED.append(os.getpid())
+        print(f"replay capture: could not store a {self.kind} capture ({type(e).__name__}: {e}); further failures in this "
+              "process are not reported", file=sys.stderr)
     return False
 
   def _store(self) -> None:

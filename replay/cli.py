@@ -193,10 +193,12 @@ def show(capture_id):
   cap = store.capture(capture_id)
   if cap is None: raise UsageMistake(f"no capture with id {capture_id} in {store.path}")
   click.echo(f"capture {cap['id']} [{cap['kind']}] {cap['name']}\nrun {cap['run_id']}  location {cap['location']}\nkey {cap['key']}")
-  flags = json.loads(cap["flags"])
-  click.echo("flags " + " ".join(f"{k}={v}" for k, v in flags.items() if v))
-  meta = json.loads(cap["meta"] or "{}")
-  if meta: click.echo(f"meta {meta}")
+  for field in ("flags", "meta"):
+    try: value = json.loads(cap[field] or "{}")
+    except ValueError: value = None
+    if not isinstance(value, dict): click.echo(f"{field} (not JSON) {rpt.clean(cap[field])[:200]}")
+    elif field == "flags": click.echo("flags " + " ".join(f"{k}={v}" for k, v in value.items() if v))
+    elif value: click.echo(f"meta {value}")
   try:
     inp, out = serialize.loads(store.get_blob(cap["input_sha"])), serialize.loads(store.get_blob(cap["output_sha"]))
     if cap["kind"] == "schedule": click.echo("\n" + schedule_text(out["asts"]))

@@ -26,9 +26,11 @@ def pytest_configure(config):
   if "scheduler.helpers" in sys.modules: sys.modules["scheduler.helpers"].CAPTURE_PROCESS_REPLAY.value = 1
   if hasattr(config, "workerinput"): return  # an xdist worker: the controller made the run and passed it down
   if not os.getenv("REPLAY_RUN_ID"):
-    from db import Store
+    import pytest
+    from db import Store, StoreError
     from replay.capture import run_info
-    store = Store()
+    try: store = Store()
+    except (StoreError, OSError) as e: raise pytest.UsageError(f"replay capture: cannot use the replay database: {e}") from None
     os.environ["REPLAY_RUN_ID"] = str(store.add_run(**run_info(["pytest", *config.invocation_params.args])))
     os.environ["REPLAY_DB"] = os.path.abspath(store.path)
     config._replay_store = store

@@ -147,14 +147,22 @@ def render_markdown(s: Summary, max_diffs: int = 10) -> str:
   return "\n".join(out)
 
 
+def _metrics(raw) -> dict:
+  """Stored metrics as a dict; text that is not a JSON object is kept under "unparsed" instead of failing the report."""
+  if not isinstance(raw, str): return raw if isinstance(raw, dict) else {}
+  try: value = json.loads(raw or "{}")
+  except ValueError: return {"unparsed": clean(raw)}
+  return value if isinstance(value, dict) else {"unparsed": clean(raw)}
+
+
 def render_json(s: Summary) -> str:
   code, verdict = s.verdict()
   doc = {"schema": "replay-report/1", "replay": {k: s.replay.get(k) for k in ("id", "capture_run_id", "base_ref", "base_commit", "head_commit",
                                                                                   "started", "finished", "jobs")},
          "counts": s.counts, "totals": s.totals(), "exit_code": code, "verdict": verdict,
          "outcomes": [{"capture_id": o["capture_id"], "kind": o["kind"], "name": o["name"], "location": o["location"], "status": o["status"],
-                       "reason": o.get("reason") or "", "diff": o.get("diff") or "", "metrics": json.loads(o["metrics"]) if isinstance(o.get("metrics"), str)
-                       else (o.get("metrics") or {}), "seconds": o.get("seconds") or 0.0} for o in s.outcomes]}
+                       "reason": o.get("reason") or "", "diff": o.get("diff") or "", "metrics": _metrics(o.get("metrics")),
+                       "seconds": o.get("seconds") or 0.0} for o in s.outcomes]}
   return json.dumps(doc, indent=2, sort_keys=True)
 
 

@@ -182,3 +182,29 @@ def test_large_exec_buffers_are_recorded_by_hash(tmp_path):
   payload = serialize.loads(s.get_blob(last["input_sha"]))
   (info,) = [v for v in payload["buffers"].values()]
   assert info["omitted"] and info["nbytes"] == 16384 and len(info["sha256"]) == 64
+
+
+def test_an_unusable_database_is_one_warning_per_process_and_one_line_under_pytest(tmp_path):
+  """Issue 13.7: capture failures do not flood stderr, and pytest --replay-capture does not INTERNALERROR."""
+  blocker = tmp_path / "a-file"
+  blocker.write_text("not a directory")
+  db = blocker / "r.db"
+  proc = run_py("""
+    import numpy as np
+    from scheduler import Tensor
+    x = Tensor(np.arange(4, dtype=np.float32))
+    for i in range(5): (x * i).realize()
+    print("done")
+  """, db, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  out, err = proc.communicate(timeout=300)
+  assert proc.returncode == 0 and "done" in out
+  assert err.count("replay capture:") == 1, err
+  test_file = tmp_path / "test_tiny.py"
+  test_file.write_text("def test_ok():\n  assert True\n")
+  env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db)}
+  env.pop("PYTEST_CURRENT_TEST", None)
+  env.pop("CAPTURE_PROCESS_REPLAY", None)
+  run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--replay-capture", str(test_file)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  assert run.returncode != 0 and "INTERNALERROR" not in run.stdout + run.stderr
+  assert "cannot use the replay database" in run.stdout + run.stderr

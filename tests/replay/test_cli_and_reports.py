@@ -129,6 +129,8 @@ def test_reports_escape_every_field_from_the_database():
   text = report.render(s, "text")
   assert "\x1b" not in text and "\\x1b" in text
   assert s.totals()["error"] == 1 and "unknown status" in s.outcomes[2]["reason"]   # unknown statuses count as errors
+  s.outcomes[0]["metrics"] = "{not json"
+  assert json.loads(report.render(s, "json"))["outcomes"][0]["metrics"] == {"unparsed": "{not json"}
 
 
 def test_an_interrupted_replay_is_incomplete_and_report_uses_the_stored_policy(tmp_path):

@@ -72,3 +72,10 @@ def test_a_blob_is_decompressed_with_a_size_limit(tmp_path, monkeypatch):
   with pytest.raises(BlobError, match="expands past 10000 bytes"): s.get_blob(sha)
   monkeypatch.setenv("REPLAY_MAX_BLOB_BYTES", "100000")
   assert s.get_blob(sha) == b"\0" * 100_000
+
+
+def test_a_schema_version_that_is_not_a_number_is_a_clear_error(tmp_path):
+  s = Store(str(tmp_path / "r.db"))
+  s.conn.execute("UPDATE schema_version SET version = 'two'")
+  s.close()
+  with pytest.raises(StoreError, match="not a version number"): Store(str(tmp_path / "r.db"))
