@@ -82,6 +82,8 @@ def selection_options(f):
 def policy_options(f):
   f = click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")(f)
   f = click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture before it is an error.")(f)
+  f = click.option("--worker-memory", "worker_memory", type=click.IntRange(min=0), default=8192, show_default=True,
+                   help="Address-space limit of each replay worker in MiB (0: none); a capture that needs more is an error.")(f)
   f = click.option("--max-changed", default=None, help="Stop early after this many (or this percent, e.g. 5%) changed or mismatched captures.")(f)
   f = click.option("--expect-no-change", is_flag=True, help="Fail (exit 1) if any kernel changed.")(f)
   f = click.option("--allow-incompatible", is_flag=True, help="Do not fail on replay errors and incompatible captures.")(f)
@@ -107,7 +109,8 @@ def _tolerances(rtol, atol) -> Optional[dict]:
 
 
 def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], base_ref: Optional[str], merge_base: bool, jobs, timeout,
-              max_changed, rtol, atol, expect_no_change: bool = False, allow_incompatible: bool = False) -> rpt.Summary:
+              max_changed, rtol, atol, expect_no_change: bool = False, allow_incompatible: bool = False,
+              worker_memory: int = 8192) -> rpt.Summary:
   from replay.runner import replay_captures, RunOptions
   from replay import revisions
   from replay.capture import git_state
@@ -122,7 +125,8 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
       path, fields = [str(revisions.overlay(sha, root))], {"base_ref": base_ref, "base_commit": sha}
     except UnknownRevision as e: raise UsageMistake(str(e)) from None
     except RevisionError as e: raise HarnessError(str(e)) from None
-  options = RunOptions(jobs=jobs or max(1, os.cpu_count() or 1), timeout=timeout, max_changed=max_changed, tolerances=_tolerances(rtol, atol))
+  options = RunOptions(jobs=jobs or max(1, os.cpu_count() or 1), timeout=timeout, max_changed=max_changed, tolerances=_tolerances(rtol, atol),
+                       memory_mb=worker_memory)
   # the policy is stored with the replay, so that `replay report` later gives the verdict this run gave
   fields["policy"] = json.dumps({"expect_no_change": expect_no_change, "allow_incompatible": allow_incompatible, "max_changed": max_changed,
                                  "tolerances": options.tolerances})
@@ -147,11 +151,13 @@ def finish(store: Store, summary: rpt.Summary, fmt: str, output: Optional[str]) 
 @cli.command()
 @selection_options
 @policy_options
-def run(runs, kinds, names, location, ids, jobs, timeout, max_changed, expect_no_change, allow_incompatible, rtol, atol, fmt, output):
+def run(runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_changed, expect_no_change, allow_incompatible, rtol, atol, fmt,
+        output):
   """Replay captures against the working tree (a determinism check right after capturing)."""
   store = _store()
   caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
-  summary = do_replay(store, caps, cap_run, None, False, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible)
+  summary = do_replay(store, caps, cap_run, None, False, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible,
+                      worker_memory)
   sys.exit(finish(store, summary, fmt, output))
 
 
@@ -160,11 +166,13 @@ def run(runs, kinds, names, location, ids, jobs, timeout, max_changed, expect_no
 @click.option("--merge-base", is_flag=True, help="Use the merge base of --base and HEAD.")
 @selection_options
 @policy_options
-def diff(base, merge_base, runs, kinds, names, location, ids, jobs, timeout, max_changed, expect_no_change, allow_incompatible, rtol, atol, fmt, output):
+def diff(base, merge_base, runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_changed, expect_no_change, allow_incompatible,
+         rtol, atol, fmt, output):
   """Replay captures with the compiler of another revision; base is `-`, captured is `+` in the diffs."""
   store = _store()
   caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
-  summary = do_replay(store, caps, cap_run, base, merge_base, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible)
+  summary = do_replay(store, caps, cap_run, base, merge_base, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible,
+                      worker_memory)
   sys.exit(finish(store, summary, fmt, output))
 
 

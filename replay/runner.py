@@ -20,6 +20,7 @@ class RunOptions:
   max_changed: Optional[str] = None  # a count ("10") or a percentage ("5%") of the selection
   tolerances: Optional[dict] = None
   progress: bool = True
+  memory_mb: int = 8192   # address-space limit of each worker: a capture that asks for more is an error, not a dead machine
 
 
 @dataclass
@@ -173,6 +174,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
     w.task = None
 
   try:
+    env_extra = {**(env_extra or {}), "REPLAY_WORKER_MEMORY_MB": str(options.memory_mb)}
     for _ in range(min(options.jobs, len(captures))): start_worker()
     while workers:
       busy = [w for w in workers if w.task is not None]

@@ -22,7 +22,20 @@ def send(f, obj: dict) -> None:
   f.flush()
 
 
+def limit_memory() -> None:
+  """Cap the worker's address space (REPLAY_WORKER_MEMORY_MB, set by the runner; 0 means no cap)."""
+  try: megabytes = int(os.environ.get("REPLAY_WORKER_MEMORY_MB", "0"))
+  except ValueError: return
+  if megabytes <= 0: return
+  try:
+    import resource
+    limit = megabytes * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+  except (ImportError, ValueError, OSError): pass   # not on this platform: no cap
+
+
 def main() -> None:
+  limit_memory()
   proto_out = os.fdopen(os.dup(1), "wb")
   os.dup2(2, 1)  # stray prints from the compiler land on stderr
   sys.stdout = sys.stderr

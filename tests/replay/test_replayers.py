@@ -66,3 +66,14 @@ def test_one_bad_blob_is_an_error_for_its_capture_and_the_rest_replays(tmp_path)
   assert len(rows) == total
   bad = [r for r in rows if r[1] != "same"]
   assert [r[0] for r in bad] == [victim] and "does not match its sha256" in bad[0][2]
+
+
+def test_workers_run_under_a_memory_limit(tmp_path):
+  """Issue 13.2: a capture that asks for more memory than --worker-memory allows is an error, not a dead machine."""
+  import os, subprocess, sys
+  from tests.conftest import REPO
+  code = ("import os, resource; from replay.worker import limit_memory; limit_memory(); "
+          "print(resource.getrlimit(resource.RLIMIT_AS)[0]); bytearray(600 * 1024 * 1024)")
+  proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO), "REPLAY_WORKER_MEMORY_MB": "512"},
+                        capture_output=True, text=True, timeout=60)
+  assert proc.stdout.split()[0] == str(512 * 1024 * 1024) and proc.returncode != 0 and "MemoryError" in proc.stderr
