@@ -8,7 +8,7 @@ derivatives themselves, written with the UOp builders.
 from __future__ import annotations
 import math
 from typing import Callable, Optional
-from scheduler.dtype import dtypes, sum_acc_dtype
+from scheduler.dtype import sum_acc_dtype
 from scheduler.helpers import argsort, Metadata
 from scheduler.ops import UOp, Ops, all_metadata
 

@@ -113,8 +113,6 @@ def ceildiv(num, amt):
   """Division rounding towards +inf (also for symbolic `num`)."""
   return -((-num) // amt)
 
-def round_up(num: int, amt: int) -> int: return ceildiv(num, amt) * amt
-
 def fully_flatten(nested) -> list:
   """Every scalar leaf of nested lists, tuples and arrays, depth first (0-d arrays are leaves)."""
   out: list = []
@@ -129,8 +127,6 @@ def fully_flatten(nested) -> list:
 def unwrap(value: T | None) -> T:
   if value is None: raise ValueError("expected a value, got None")
   return value
-
-def pluralize(noun: str, count: int) -> str: return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 class Metadata:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum, functools, hashlib, inspect, itertools, math, weakref
 from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
 from scheduler.dtype import DType, dtypes, ConstType
-from scheduler.helpers import all_same, dedup, prod, unwrap, TRACK_MATCH_STATS, Metadata
+from scheduler.helpers import prod, unwrap, TRACK_MATCH_STATS, Metadata
 if TYPE_CHECKING:
   from scheduler.shape.shapetracker import ShapeTracker
   from scheduler.device import Buffer

@@ -5,11 +5,10 @@ A mixin of `Tensor`. Movement ops only change the view of a value: they never ma
 themselves. Indexing with a tensor becomes a one-hot mask per indexed axis, multiplied and summed away.
 """
 from __future__ import annotations
-import functools, itertools
 from typing import Optional
 import numpy as np
 from scheduler.dtype import dtypes
-from scheduler.helpers import argfix, all_int, ceildiv, flatten, prod, round_up
+from scheduler.helpers import argfix, all_int, ceildiv, flatten, prod
 from scheduler.ops import UOp, resolve, smax, smin
 from scheduler.tensor.base import TensorBase, broadcast_shape, left_pad_shapes
 

@@ -7,7 +7,7 @@ A mixin of `Tensor`. Every reduction goes through `_reduce` (one REDUCE_AXIS UOp
 from __future__ import annotations
 from typing import Optional, Sequence
 from scheduler.dtype import dtypes, least_upper_dtype, sum_acc_dtype, to_dtype
-from scheduler.helpers import ceildiv, flatten, make_tuple, prod, round_up
+from scheduler.helpers import ceildiv, make_tuple, prod
 from scheduler.ops import UOp, Ops, resolve, smax, identity_element
 
 CUMULATIVE_BLOCK = 256   # cumulative ops over longer axes work in blocks (two small reduces, not one quadratic one)
