@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -64,7 +64,12 @@ def _migrate_to_2(db: "sqlite_utils.Database") -> None:
   db["replays"].add_column("policy", str)
 
 
-MIGRATIONS = [_migrate_to_1, _migrate_to_2]
+def _migrate_to_3(db: "sqlite_utils.Database") -> None:
+  """Runs remember how the captured command ended: its exit code (negative: killed by that signal)."""
+  db["runs"].add_column("exit_code", int)
+
+
+MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3]
 
 
 class Store:
@@ -172,8 +177,10 @@ class Store:
     with self.transaction():
       return self.conn.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())).lastrowid
 
-  def finish_run(self, run_id: int) -> None:
-    with self.transaction(): self.conn.execute("UPDATE runs SET finished = ? WHERE id = ?", (time.time(), run_id))
+  def finish_run(self, run_id: int, exit_code: Optional[int] = None) -> None:
+    """Mark the run finished; `exit_code` is how the captured command ended, when the harness ran it."""
+    with self.transaction():
+      self.conn.execute("UPDATE runs SET finished = ?, exit_code = coalesce(?, exit_code) WHERE id = ?", (time.time(), exit_code, run_id))
 
   def preload_blob_shas(self, limit: int = 2_000_000) -> None:
     """Remember which blobs the file already holds, so that a repeated capture skips compressing and inserting them."""

@@ -185,8 +185,8 @@ class CapturePoint:
         from scheduler.codegen.naming import kernel_kind
         self.name = f"{len(asts)} kernels" + (f": {','.join(sorted({kernel_kind(a) for a in asts}))}" if asts else "")
       elif self.kind == "kernel":
-        src, name = self.output
-        output, self.name = {"src": src, "name": name}, name
+        src, name, *options = self.output   # older compilers hand over (src, name) only
+        output, self.name = {"src": src, "name": name, **({"options": options[0]} if options else {})}, name
       else: output = {"outputs": list(self.output)}
       output_data = serialize.dumps(output)
     compiler = flags_json({k: v for k, v in self.flags.items() if k not in NON_COMPILER_FLAGS})

@@ -51,7 +51,7 @@ def run_capture(cmd: list[str], echo: bool = True) -> tuple[int, int, dict[str, 
   env = {**os.environ, "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_RUN_ID": str(run_id), "REPLAY_DB": os.path.abspath(store.path)}
   try: code = subprocess.call(cmd, env=env)
   except FileNotFoundError: raise click.UsageError(f"command not found: {cmd[0]}") from None
-  store.finish_run(run_id)
+  store.finish_run(run_id, code)
   counts = store.capture_counts(run_id)
   if echo:
     click.echo(f"run {run_id}: captured " + (", ".join(f"{counts.get(k, 0)} {k}" for k in rpt.KINDS)) + f" into {store.path}")
@@ -134,9 +134,13 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   except ValueError as e: raise click.UsageError(str(e)) from None
   except RuntimeError as e: raise HarnessError(str(e)) from None
   replay_row = store.replay(result.replay_id)
-  summary = rpt.Summary.from_row(replay_row, store.outcomes(result.replay_id))
+  summary = rpt.Summary.from_row(replay_row, store.outcomes(result.replay_id), _capture_runs(store, captures))
   if result.stopped_early: click.echo(f"replay: stopped early after --max-changed {max_changed}", err=True)
   return summary
+
+
+def _capture_runs(store: Store, captures: list[dict]) -> list[dict]:
+  return [run for run_id in sorted({c["run_id"] for c in captures}) if (run := store.run(run_id)) is not None]
 
 
 def finish(store: Store, summary: rpt.Summary, fmt: str, output: Optional[str]) -> int:
@@ -227,7 +231,8 @@ def report(replay_id, fmt, output):
   store = _store()
   row = store.replay(replay_id)
   if row is None: raise UsageMistake("no replay found" + (f" with id {replay_id}" if replay_id else "; run `replay run` or `replay diff` first"))
-  summary = rpt.Summary.from_row(row, store.outcomes(row["id"]))
+  outcomes = store.outcomes(row["id"])
+  summary = rpt.Summary.from_row(row, outcomes, _capture_runs(store, [{"run_id": row["capture_run_id"]}] if row.get("capture_run_id") else []))
   text = rpt.render(summary, fmt)
   if output: pathlib.Path(output).write_text(text); click.echo(f"wrote {fmt} report of replay {row['id']} to {output}")
   else: click.echo(text)

@@ -6,7 +6,7 @@ floats, NaN and inf equal to themselves). Works on UOps of any revision: it read
 dtypes, args and sources.
 """
 from __future__ import annotations
-import difflib
+import difflib, json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 import numpy as np
@@ -71,9 +71,19 @@ def compare_schedule(captured: dict, replayed: dict) -> Comparison:
   return Comparison("changed", diff, metrics)
 
 
+def _options_text(options: dict) -> str:
+  return "\n".join(f"{key}: {json.dumps(options[key], sort_keys=True)}" for key in sorted(options))
+
+
 def compare_kernel(captured: dict, replayed: dict) -> Comparison:
-  if captured["src"] == replayed["src"] and captured["name"] == replayed["name"]: return Comparison("same")
-  return Comparison("changed", unified(f"// {replayed['name']}\n{replayed['src']}", f"// {captured['name']}\n{captured['src']}"))
+  """Source, kernel name, and (when both sides record them) the compile options: flags and compiler."""
+  same_source = captured["src"] == replayed["src"] and captured["name"] == replayed["name"]
+  options_known = isinstance(captured.get("options"), dict) and isinstance(replayed.get("options"), dict)
+  same_options = not options_known or captured["options"] == replayed["options"]
+  if same_source and same_options: return Comparison("same")
+  parts = [] if same_options else ["compile options changed:\n" + unified(_options_text(replayed["options"]), _options_text(captured["options"]))]
+  if not same_source: parts.append(unified(f"// {replayed['name']}\n{replayed['src']}", f"// {captured['name']}\n{captured['src']}"))
+  return Comparison("changed", "\n".join(parts))
 
 
 def compare_arrays(captured: np.ndarray, replayed: np.ndarray, tolerances: Optional[dict] = None) -> tuple[bool, dict]:

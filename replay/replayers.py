@@ -74,8 +74,11 @@ def run_schedule_capture(inp: dict) -> dict:
 
 def run_kernel_capture(inp: dict) -> dict:
   from scheduler.device import Device
-  src, prg = Device[inp["device"]].render(inp["ast"])
-  return {"src": src, "name": prg.name}
+  device = Device[inp["device"]]
+  src, prg = device.render(inp["ast"])
+  out = {"src": src, "name": prg.name}
+  if hasattr(device, "compile_options"): out["options"] = device.compile_options()
+  return out
 
 
 def run_exec_capture(inp: dict) -> dict:

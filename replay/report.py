@@ -4,7 +4,8 @@ All output of the command line about outcomes goes through here.
 """
 from __future__ import annotations
 import difflib, html, json, re
-from dataclasses import dataclass
+from typing import Optional
+from dataclasses import dataclass, field
 from xml.etree import ElementTree as ET
 from tabulate import tabulate
 
@@ -40,14 +41,23 @@ class Summary:
   outcomes: list[dict]
   expect_no_change: bool = False
   allow_incompatible: bool = False
+  capture_runs: list = field(default_factory=list)   # the runs the replayed captures come from
 
   @staticmethod
-  def from_row(replay: dict, outcomes: list[dict]) -> "Summary":
+  def from_row(replay: dict, outcomes: list[dict], capture_runs: Optional[list] = None) -> "Summary":
     """The summary of a stored replay under the policy it ran with."""
     try: policy = json.loads(replay.get("policy") or "{}")
     except ValueError: policy = {}
     if not isinstance(policy, dict): policy = {}
-    return Summary(replay, outcomes, bool(policy.get("expect_no_change")), bool(policy.get("allow_incompatible")))
+    return Summary(replay, outcomes, bool(policy.get("expect_no_change")), bool(policy.get("allow_incompatible")), list(capture_runs or []))
+
+  def capture_problem(self) -> Optional[str]:
+    """How a captured command failed, if one did: the captures then describe only part of the program."""
+    for run in self.capture_runs:
+      code = run.get("exit_code")
+      if isinstance(code, int) and code < 0: return f"the captured command of run {run['id']} was killed by signal {-code}"
+      if isinstance(code, int) and code > 0: return f"the captured command of run {run['id']} exited with code {code}"
+    return None
 
   def missing(self) -> int:
     """Selected captures without an outcome: the replay was interrupted (0 when it stopped early on purpose)."""
@@ -77,6 +87,8 @@ class Summary:
   def verdict(self) -> tuple[int, str]:
     """(exit code, one-line verdict) under the policy of DESIGN.md; a replay that did not finish is INCOMPLETE."""
     code, line = self._policy_verdict()
+    if (problem := self.capture_problem()):
+      return EXIT_HARNESS, f"FAIL: {problem}, so its captures are incomplete; the replay of what was captured: {line}"
     if (missing := self.missing()):
       n = len(self.outcomes)
       return EXIT_HARNESS, f"INCOMPLETE: replayed {n} of {n + missing} selected captures (the replay did not finish); so far: {line}"

@@ -4,7 +4,7 @@
 Rendering is capture point **kernel**: (AST, device, options) in, (source, kernel name) out.
 """
 from __future__ import annotations
-import ctypes, math, re, subprocess
+import ctypes, functools, math, re, subprocess
 from typing import Callable
 from scheduler.dtype import DType, dtypes
 from scheduler.device import HostDevice, Buffer, cached_build, find_c_compiler, DeviceError
@@ -13,6 +13,21 @@ from scheduler.codegen.lowerer import lower, Program
 from scheduler import hooks
 
 CFLAGS = ("-O2", "-shared", "-fPIC", "-fwrapv", "-std=c11", "-ffp-contract=off")
+
+
+@functools.cache
+def compiler_identity() -> str:
+  """Which C compiler builds the kernels: its path and the first line of `--version` (cached per process)."""
+  cc = find_c_compiler()
+  if cc is None: return "none"
+  try: version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()
+  except (OSError, subprocess.SubprocessError): version = []
+  return f"{cc}: {version[0] if version else 'unknown version'}"
+
+
+def compile_options() -> dict:
+  """Everything besides the source that determines the compiled kernel (capture point **kernel** records it)."""
+  return {"cflags": list(CFLAGS), "compiler": compiler_identity()}
 
 
 def open_device(name: str) -> "CPUDevice": return CPUDevice(name)
@@ -25,16 +40,20 @@ class CPUDevice(HostDevice):
 
   def render(self, ast: UOp) -> tuple[str, Program]:
     """The C source of an AST and the lowered program it renders."""
-    with hooks.capture_point("kernel", ast, self.name, {"cflags": CFLAGS}) as cap:
+    options = compile_options()
+    with hooks.capture_point("kernel", ast, self.name, options) as cap:
       prg = lower(ast)
       src = render_c(prg)
-      cap.set_output((src, prg.name))
+      cap.set_output((src, prg.name, options))
     return src, prg
+
+  def compile_options(self) -> dict: return compile_options()
 
   def compile(self, ast: UOp, name: str) -> Callable:
     src, prg = self.render(ast)
     name = prg.name
-    lib_path = cached_build("cpu", src + "\n// " + " ".join(CFLAGS), _compile_c)
+    # the cache key holds the flags and the compiler, so a kernel built by another compiler or flags is not reused
+    lib_path = cached_build("cpu", src + "\n// " + " ".join(CFLAGS) + "\n// " + compiler_identity(), _compile_c)
     lib = ctypes.CDLL(str(lib_path))
     self._libs.append(lib)
     fxn = getattr(lib, name)

@@ -151,3 +151,14 @@ def test_an_interrupted_replay_is_incomplete_and_report_uses_the_stored_policy(t
                        "metrics": "{}", "seconds": 0.0}])
   proc = cli("report", "--replay", str(promised), db=db)
   assert proc.returncode == 1 and "no change was promised" in proc.stdout, proc.stdout
+
+
+def test_a_crashed_capture_run_fails_the_verdict(tmp_path):
+  """Issue 18.2: diff/run/report say when the captured command failed, and exit 4."""
+  import sys
+  db = tmp_path / "r.db"
+  code = "from scheduler import Tensor; (Tensor([1.0, 2.0]) * 2).realize(); raise SystemExit(3)"
+  assert cli("capture", "--", sys.executable, "-c", code, db=db).returncode == 3
+  proc = cli("run", db=db)
+  assert proc.returncode == 4 and "exited with code 3" in proc.stdout, proc.stdout
+  assert cli("report", db=db).returncode == 4

@@ -77,3 +77,12 @@ def test_workers_run_under_a_memory_limit(tmp_path):
   proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO), "REPLAY_WORKER_MEMORY_MB": "512"},
                         capture_output=True, text=True, timeout=60)
   assert proc.stdout.split()[0] == str(512 * 1024 * 1024) and proc.returncode != 0 and "MemoryError" in proc.stderr
+
+
+def test_kernel_comparison_includes_compile_options():
+  from replay.compare import compare_kernel
+  base = {"src": "void k() {}", "name": "E_4", "options": {"cflags": ["-O2"], "compiler": "cc 12"}}
+  assert compare_kernel(base, dict(base)).status == "same"
+  assert compare_kernel({"src": "void k() {}", "name": "E_4"}, base).status == "same"   # an old capture without options
+  changed = compare_kernel({**base, "options": {"cflags": ["-O2", "-ffast-math"], "compiler": "cc 12"}}, base)
+  assert changed.status == "changed" and "compile options changed" in changed.diff and "+cflags" in changed.diff

@@ -133,3 +133,15 @@ def test_sut_entries_must_be_plain_package_names(tmp_path):
   with pytest.raises(revisions.RevisionError, match="plain package names"): revisions.sut_packages(tmp_path)
   (tmp_path / "pyproject.toml").write_text('[tool.replay]\nsut = ["scheduler", "runtimes"]\n')
   assert revisions.sut_packages(tmp_path) == ("scheduler", "runtimes")
+
+
+def test_a_compile_flag_change_is_a_kernel_change_with_the_option_diff(repo, tmp_path):
+  """Issue 18.1: kernel captures compare the compile options (flags, compiler), not only the source."""
+  commit_on_a(repo, "fast-math", lambda r: edit(r, "runtimes/cpu.py", '"-ffp-contract=off")', '"-ffp-contract=off", "-ffast-math")'))
+  db = tmp_path / "r.db"
+  capture_workloads(db, "ref_add_const", cwd=repo)
+  proc = cli("diff", "--base", "main", "--kind", "kernel", db=db, cwd=repo)
+  st = statuses(proc.stdout)
+  assert st["kernel"]["changed"] == st["kernel"]["total"] > 0, proc.stdout
+  assert "compile options changed" in proc.stdout and "-ffast-math" in proc.stdout
+  git(repo, "checkout", "-q", "main")
