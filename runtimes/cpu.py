@@ -4,7 +4,7 @@
 Rendering is capture point **kernel**: (AST, device, options) in, (source, kernel name) out.
 """
 from __future__ import annotations
-import ctypes, functools, math, re, subprocess
+import ctypes, functools, math, os, re, shutil, subprocess
 from typing import Callable
 from scheduler.dtype import DType, dtypes
 from scheduler.device import HostDevice, Buffer, cached_build, find_c_compiler, DeviceError
@@ -17,12 +17,16 @@ CFLAGS = ("-O2", "-shared", "-fPIC", "-fwrapv", "-std=c11", "-ffp-contract=off")
 
 @functools.cache
 def compiler_identity() -> str:
-  """Which C compiler builds the kernels: its path and the first line of `--version` (cached per process)."""
+  """Which C compiler builds the kernels, without running it: the resolved executable (e.g. .../gcc-12) and its
+  size and modification time, so that an upgraded or different compiler is a different identity."""
   cc = find_c_compiler()
   if cc is None: return "none"
-  try: version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()
-  except (OSError, subprocess.SubprocessError): version = []
-  return f"{cc}: {version[0] if version else 'unknown version'}"
+  path = shutil.which(cc) or cc
+  try:
+    real = os.path.realpath(path)
+    info = os.stat(real)
+    return f"{cc} -> {real} ({info.st_size} bytes, mtime {int(info.st_mtime)})"
+  except OSError: return cc
 
 
 def compile_options() -> dict:
