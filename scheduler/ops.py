@@ -5,7 +5,7 @@ object). `UPat`/`PatternMatcher` describe rewrite rules, `graph_rewrite` applies
 point. Sits on top of `dtype.py` and `helpers.py`; the shape tracker and symbolic rules build on it.
 """
 from __future__ import annotations
-import enum, functools, hashlib, inspect, itertools, math, weakref
+import enum, functools, hashlib, inspect, itertools, math, threading, weakref
 from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
 from scheduler.dtype import DType, dtypes, ConstType
 from scheduler.helpers import prod, unwrap, TRACK_MATCH_STATS, Metadata
@@ -137,11 +137,17 @@ class UOpMetaClass(type):
     existing_ref = cache.get(identity)
     existing = existing_ref() if existing_ref is not None else None
     if existing is not None: return existing
-    created = super().__call__(op, dtype, src, arg)
-    cache[identity] = weakref.ref(created)
-    if len(cache) > UOpMetaClass.sweep_at: _sweep_dead(cache)
-    if _buffer is not None: buffers[created] = _buffer
+    with _UCACHE_LOCK:   # threads that build the same node at once must get one object, and a sweep must not race an insert
+      existing_ref = cache.get(identity)
+      if existing_ref is not None and (existing := existing_ref()) is not None: return existing
+      created = super().__call__(op, dtype, src, arg)
+      cache[identity] = weakref.ref(created)
+      if len(cache) > UOpMetaClass.sweep_at: _sweep_dead(cache)
+      if _buffer is not None: buffers[created] = _buffer
     return created
+
+
+_UCACHE_LOCK = threading.RLock()
 
 
 def _sweep_dead(cache: dict) -> None:
@@ -155,11 +161,15 @@ buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 all_metadata: weakref.WeakKeyDictionary[UOp, Metadata] = weakref.WeakKeyDictionary()
 
 _buffer_num = [0]
+_BUFFER_NUM_LOCK = threading.Lock()
 
 
 def _next_buffer_num() -> int:
-  _buffer_num[0] += 1
-  return _buffer_num[0]
+  """A number no other buffer of this process has, also when threads ask at once (two equal numbers would be one
+  hash-consed BUFFER node: two tensors sharing memory)."""
+  with _BUFFER_NUM_LOCK:
+    _buffer_num[0] += 1
+    return _buffer_num[0]
 
 
 class MathMixin:
