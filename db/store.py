@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -69,7 +69,16 @@ def _migrate_to_3(db: "sqlite_utils.Database") -> None:
   db["runs"].add_column("exit_code", int)
 
 
-MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3]
+def _migrate_to_4(db: "sqlite_utils.Database") -> None:
+  """Runs remember how to run their command again (working directory, the environment that steers the compiler)
+  and the compiler's flag defaults; a rerun names the run it repeats and the tree it ran with. Replays keep notes
+  about the whole replay (flag defaults that differ, the end-to-end runs)."""
+  for column in ("cwd", "env", "flag_defaults", "tree"): db["runs"].add_column(column, str)
+  db["runs"].add_column("rerun_of", int)
+  db["replays"].add_column("notes", str)
+
+
+MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4]
 
 
 class Store:
@@ -182,6 +191,11 @@ class Store:
     with self.transaction():
       self.conn.execute("UPDATE runs SET finished = ?, exit_code = coalesce(?, exit_code) WHERE id = ?", (time.time(), exit_code, run_id))
 
+  def set_run_flag_defaults(self, run_id: int, defaults: str) -> None:
+    """The compiler's flag defaults, as the first capturing process of the run saw them (later processes keep them)."""
+    with self.transaction():
+      self.conn.execute("UPDATE runs SET flag_defaults = ? WHERE id = ? AND flag_defaults IS NULL", (defaults, run_id))
+
   def preload_blob_shas(self, limit: int = 2_000_000) -> None:
     """Remember which blobs the file already holds, so that a repeated capture skips compressing and inserting them."""
     if self.blob_count() <= limit: self._known_blobs.update(r[0] for r in self.conn.execute("SELECT sha256 FROM blobs"))
@@ -204,7 +218,8 @@ class Store:
     return cur.lastrowid
 
   def latest_run_id(self) -> Optional[int]:
-    row = self.conn.execute("SELECT max(run_id) FROM captures").fetchone()
+    """The latest run that captured something, not counting the harness's own reruns of a run (`diff --rerun`)."""
+    row = self.conn.execute("SELECT max(c.run_id) FROM captures c LEFT JOIN runs r ON r.id = c.run_id WHERE r.rerun_of IS NULL").fetchone()
     return row[0] if row else None
 
   def run(self, run_id: int) -> Optional[dict]:
@@ -242,6 +257,12 @@ class Store:
 
   def add_outcomes(self, rows: list[dict]) -> None:
     with self.transaction(): self.db["outcomes"].insert_all(rows)
+
+  def update_outcome(self, outcome_id: int, **fields: Any) -> None:
+    with self.transaction(): self.db["outcomes"].update(outcome_id, fields)
+
+  def set_replay_notes(self, replay_id: int, notes: list[str]) -> None:
+    with self.transaction(): self.db["replays"].update(replay_id, {"notes": json.dumps(notes, sort_keys=True)})
 
   def replay(self, replay_id: Optional[int] = None) -> Optional[dict]:
     sql = "SELECT * FROM replays " + ("WHERE id = ?" if replay_id is not None else "ORDER BY id DESC LIMIT 1")

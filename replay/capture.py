@@ -35,6 +35,8 @@ class _Sink:
         env_run = os.getenv("REPLAY_RUN_ID")
         self.run_id = int(env_run) if env_run else store.add_run(**run_info())
         if not env_run: atexit.register(self._finish, store, self.run_id)
+        # the defaults of the compiler this process imported (the process that made the run may have imported another)
+        store.set_run_flag_defaults(self.run_id, flag_defaults_json())
     assert self.run_id is not None
     return self._thread_store(), self.run_id
 
@@ -58,11 +60,31 @@ SINK = _Sink()
 _WARNED: list[int] = []   # this process already warned that captures cannot be stored
 
 
+# besides the compiler's flags, the environment that decides what a captured command computes
+EXTRA_RERUN_ENV = ("PYTHONHASHSEED",)
+
+
+def rerun_env() -> dict[str, str]:
+  """The environment a rerun of this process's command needs: every compiler flag set in it, and the extras."""
+  names = (set(ContextVar._cache) - NON_COMPILER_FLAGS) | set(EXTRA_RERUN_ENV)
+  return {k: v for k, v in sorted(os.environ.items()) if k in names}
+
+
+def this_command() -> list[str]:
+  """How this process was started, runnable again: the interpreter by its full path, then its options and arguments."""
+  argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+  return [sys.executable, *argv[1:]]
+
+
 def run_info(argv: Optional[list[str]] = None) -> dict:
   commit, dirty = git_state()
-  return {"git_commit": commit, "git_dirty": dirty, "argv": json.dumps(argv if argv is not None else sys.argv),
+  return {"git_commit": commit, "git_dirty": dirty, "argv": json.dumps(argv if argv is not None else this_command()),
           "python": platform.python_version(), "numpy": np.__version__, "host": socket.gethostname(),
-          "flags": json.dumps(ContextVar.snapshot(), sort_keys=True)}
+          "flags": json.dumps(ContextVar.snapshot(), sort_keys=True), "cwd": os.getcwd(), "env": json.dumps(rerun_env())}
+
+
+def flag_defaults_json() -> str:
+  return json.dumps({k: ContextVar._cache[k].default for k in sorted(ContextVar._cache)})
 
 
 def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:

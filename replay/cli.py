@@ -110,7 +110,7 @@ def _tolerances(rtol, atol) -> Optional[dict]:
 
 def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], base_ref: Optional[str], merge_base: bool, jobs, timeout,
               max_changed, rtol, atol, expect_no_change: bool = False, allow_incompatible: bool = False,
-              worker_memory: int = 8192) -> rpt.Summary:
+              worker_memory: int = 8192, rerun: bool = False) -> rpt.Summary:
   from replay.runner import replay_captures, RunOptions
   from replay import revisions
   from replay.capture import git_state
@@ -133,10 +133,44 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   try: result = replay_captures(store, captures, path, {"capture_run_id": capture_run, "head_commit": head, "argv": json.dumps(sys.argv), **fields}, options)
   except ValueError as e: raise click.UsageError(str(e)) from None
   except RuntimeError as e: raise HarnessError(str(e)) from None
+  notes = _check_flag_defaults(store, captures, result, path, options)
+  if rerun and base_ref is not None: notes += _end_to_end(store, captures, result.replay_id, fields["base_commit"], base_ref, path[0], options)
+  if notes: store.set_replay_notes(result.replay_id, notes)
   replay_row = store.replay(result.replay_id)
   summary = rpt.Summary.from_row(replay_row, store.outcomes(result.replay_id), _capture_runs(store, captures))
   if result.stopped_early: click.echo(f"replay: stopped early after --max-changed {max_changed}", err=True)
   return summary
+
+
+def _check_flag_defaults(store: Store, captures: list[dict], result, path: list[str], options) -> list[str]:
+  """Notes on flag defaults that differ between the captured run and the compiler replayed; the captures that ran
+  with such a flag at its default are replayed once more with the base's default, and what that changes is merged."""
+  from replay import flag_defaults, outcomes
+  from replay.runner import replay_captures
+  diffs = flag_defaults.differing(flag_defaults.recorded_defaults(_capture_runs(store, captures)), result.flag_defaults)
+  if not diffs: return []
+  note = flag_defaults.describe(diffs)
+  again = flag_defaults.with_base_defaults(captures, diffs)
+  if again:
+    click.echo(f"replay: {note}; replaying {len(again)} captures again with the base's defaults", err=True)
+    overrides = {c["id"]: c["override"] for c in again}
+    extra = replay_captures(store, again, path, {}, options, keep=False)
+    outcomes.merge(store, result.replay_id, ((o["capture_id"], o["status"], "with the base's flag defaults ("
+                                              + ", ".join(f"{k}={v}" for k, v in overrides[o["capture_id"]].items()) + "):\n"
+                                              + (o["diff"] or o["reason"])) for o in extra.outcomes))
+  return [note]
+
+
+def _end_to_end(store: Store, captures: list[dict], replay_id: int, base_sha: str, base_ref: str, overlay: str, options) -> list[str]:
+  from replay import outcomes, revisions
+  from replay.rerun import end_to_end, RerunError
+  run_ids = sorted({c["run_id"] for c in captures})
+  try: found = end_to_end(store, run_ids, f"{base_ref} ({base_sha[:10]})", overlay, revisions.sut_packages(), options.tolerances,
+                          pathlib.Path(store.path).resolve().parent / "reruns")
+  except RerunError as e: raise UsageMistake(f"--rerun: {e}") from None
+  selected = {c["id"] for c in captures}
+  outcomes.merge(store, replay_id, ((cid, c.status, c.diff) for cid, c in found.results.items() if cid in selected))
+  return found.notes
 
 
 def _capture_runs(store: Store, captures: list[dict]) -> list[dict]:
@@ -168,15 +202,17 @@ def run(runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_cha
 @cli.command()
 @click.option("--base", required=True, help="The revision to replay on: branch, tag, sha, HEAD~N.")
 @click.option("--merge-base", is_flag=True, help="Use the merge base of --base and HEAD.")
+@click.option("--rerun", is_flag=True, help="Also run the captured commands again with the base (and once more with the current tree, "
+              "to tell nondeterminism from regressions) and compare the runs: catches frontend, autograd and flag-default changes.")
 @selection_options
 @policy_options
-def diff(base, merge_base, runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_changed, expect_no_change, allow_incompatible,
-         rtol, atol, fmt, output):
+def diff(base, merge_base, rerun, runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_changed, expect_no_change,
+         allow_incompatible, rtol, atol, fmt, output):
   """Replay captures with the compiler of another revision; base is `-`, captured is `+` in the diffs."""
   store = _store()
   caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
   summary = do_replay(store, caps, cap_run, base, merge_base, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible,
-                      worker_memory)
+                      worker_memory, rerun)
   sys.exit(finish(store, summary, fmt, output))
 
 
@@ -273,8 +309,9 @@ def promised_no_change() -> tuple[bool, str]:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture.")
 @click.option("--junit", type=click.Path(dir_okay=False, writable=True), default=None, help="Write JUnit XML here.")
 @click.option("--html", type=click.Path(dir_okay=False, writable=True), default=None, help="Write the HTML report here.")
+@click.option("--rerun", is_flag=True, help="Also run the command again with the base and compare end to end (see replay diff --rerun).")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, junit, html, cmd):
+def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, junit, html, rerun, cmd):
   """Capture (the bundled corpus, or CMD after --), replay on --base, and apply the CI policy: output mismatches fail
   (3); kernel changes fail (1) only if no change was promised; errors and incompatible captures fail (4)."""
   from replay import revisions
@@ -290,7 +327,7 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
   if not sum(counts.values()): raise HarnessError(f"the captured command captured nothing: {' '.join(command)}")
   store = _store()
   summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None,
-                      expect_no_change or promised, allow_incompatible)
+                      expect_no_change or promised, allow_incompatible, rerun=rerun)
   exit_code = finish(store, summary, "text", None)
   if junit: pathlib.Path(junit).write_text(rpt.render(summary, "junit"))
   if html: pathlib.Path(html).write_text(rpt.render(summary, "html"))

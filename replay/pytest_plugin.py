@@ -28,10 +28,10 @@ def pytest_configure(config):
   if not os.getenv("REPLAY_RUN_ID"):
     import pytest
     from db import Store, StoreError
-    from replay.capture import run_info
+    from replay.capture import run_info, this_command
     try: store = Store()
     except (StoreError, OSError) as e: raise pytest.UsageError(f"replay capture: cannot use the replay database: {e}") from None
-    os.environ["REPLAY_RUN_ID"] = str(store.add_run(**run_info(["pytest", *config.invocation_params.args])))
+    os.environ["REPLAY_RUN_ID"] = str(store.add_run(**run_info(this_command())))
     os.environ["REPLAY_DB"] = os.path.abspath(store.path)
     config._replay_store = store
 

@@ -30,6 +30,14 @@ def _flag_context(flags: dict[str, int]):
   return Context(**known)
 
 
+def flag_defaults() -> Optional[dict[str, int]]:
+  """The default of every flag of the compiler under test (None when it cannot be imported)."""
+  try:
+    from scheduler.helpers import ContextVar
+    return {name: var.default for name, var in sorted(ContextVar._cache.items())}
+  except Exception: return None
+
+
 def _fresh_buffers(graph, contents: Optional[dict] = None, tmpdir: Optional[str] = None):
   """The graph with every BUFFER replaced by a new one of this process (captured numbering would collide),
   filled with the captured contents where there are any. DISK files are replaced by temporary copies."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from xml.etree import ElementTree as ET
 from tabulate import tabulate
 
-STATUSES = ("same", "changed", "mismatch", "error", "incompatible")
+STATUSES = ("same", "changed", "mismatch", "error", "incompatible", "nondeterministic")
 KINDS = ("schedule", "kernel", "exec")
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE, EXIT_MISMATCH, EXIT_HARNESS = 0, 1, 2, 3, 4
 FORMATS = ("text", "markdown", "json", "junit", "html")
@@ -106,6 +106,12 @@ class Summary:
     extra = f" ({t['error'] + t['incompatible']} errors/incompatible allowed)" if t["error"] or t["incompatible"] else ""
     return EXIT_OK, f"OK: all {n} captures replay the same{extra}"
 
+  def notes(self) -> list[str]:
+    """What the replay found about the whole run rather than one capture (flag defaults, end-to-end reruns)."""
+    try: notes = json.loads(self.replay.get("notes") or "[]")
+    except ValueError: return [clean(self.replay.get("notes"))]
+    return [clean(n) for n in notes] if isinstance(notes, list) else [clean(notes)]
+
   def interesting(self) -> list[dict]:
     return [o for o in self.outcomes if o["status"] != "same"]
 
@@ -139,6 +145,7 @@ def _detail(o: dict) -> str:
 
 def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
   out = [_title(s), tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="simple")]
+  out += [f"note: {n}" for n in s.notes()]
   shown = s.interesting()[:max_diffs]
   for o in shown:
     out.append(f"\n--- {_heading(o)}")
@@ -152,6 +159,7 @@ def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
 def render_markdown(s: Summary, max_diffs: int = 10) -> str:
   rows = [[esc(cell) if isinstance(cell, str) else cell for cell in row] for row in _table_rows(s)]
   out = [f"### {esc(_title(s))}", "", tabulate(rows, headers=["kind", "total", *STATUSES], tablefmt="github"), ""]
+  if s.notes(): out += [f"- {esc(n)}" for n in s.notes()] + [""]
   for o in s.interesting()[:max_diffs]:
     out += [f"<details><summary>capture {esc(o['capture_id'])} [{esc(o['kind'])}] <b>{esc(o['status'])}</b>: {esc(o['name'])} @ "
             f"<code>{esc(o['location'])}</code></summary>", "", *_fenced(_detail(o), "diff"), "</details>", ""]
@@ -171,7 +179,7 @@ def render_json(s: Summary) -> str:
   code, verdict = s.verdict()
   doc = {"schema": "replay-report/1", "replay": {k: s.replay.get(k) for k in ("id", "capture_run_id", "base_ref", "base_commit", "head_commit",
                                                                                   "started", "finished", "jobs")},
-         "counts": s.counts, "totals": s.totals(), "exit_code": code, "verdict": verdict,
+         "counts": s.counts, "totals": s.totals(), "exit_code": code, "verdict": verdict, "notes": s.notes(),
          "outcomes": [{"capture_id": o["capture_id"], "kind": o["kind"], "name": o["name"], "location": o["location"], "status": o["status"],
                        "reason": o.get("reason") or "", "diff": o.get("diff") or "", "metrics": _metrics(o.get("metrics")),
                        "seconds": o.get("seconds") or 0.0} for o in s.outcomes]}
@@ -180,6 +188,9 @@ def render_json(s: Summary) -> str:
 
 def render_junit(s: Summary) -> str:
   suites = ET.Element("testsuites", name="replay")
+  if s.notes():
+    props = ET.SubElement(ET.SubElement(suites, "testsuite", name="replay.notes", tests="0", failures="0", errors="0"), "properties")
+    for n in s.notes(): ET.SubElement(props, "property", name="note", value=n)
   for kind in _kinds(s):
     group = [o for o in s.outcomes if o["kind"] == kind]
     kind = clean(kind)
@@ -216,11 +227,12 @@ def render_html(s: Summary) -> str:
     body = _side_by_side(_detail(o)) if o.get("diff") and o["status"] == "changed" else f"<pre>{esc(_detail(o))}</pre>"
     sections.append(f"<h3>capture {esc(o['capture_id'])} [{esc(o['kind'])}] {esc(o['status'])}: {esc(o['name'])} "
                     f"<small>{esc(o['location'])}</small></h3>{body}")
+  notes = f"<ul>{''.join(f'<li>{esc(n)}</li>' for n in s.notes())}</ul>" if s.notes() else ""
   style = ("body{font-family:sans-serif} table.diff{font-family:monospace;font-size:12px} .diff_add{background:#cfc} .diff_chg{background:#ffa}"
            " .diff_sub{background:#fcc} td,th{padding:2px 8px}")
   return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(_title(s))}</title><style>{style}</style></head><body>"
           f"<h1>{esc(_title(s))}</h1><table border=1><tr><th>kind</th><th>total</th>{''.join(f'<th>{x}</th>' for x in STATUSES)}</tr>{rows}</table>"
-          f"<p><b>{html.escape(s.verdict()[1])}</b></p>{''.join(sections)}</body></html>")
+          f"{notes}<p><b>{html.escape(s.verdict()[1])}</b></p>{''.join(sections)}</body></html>")
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json, "junit": render_junit, "html": render_html}

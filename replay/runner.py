@@ -30,6 +30,7 @@ class ReplayResult:
   stopped_early: bool = False
   wall_seconds: float = 0.0
   compiler_seconds: float = 0.0
+  flag_defaults: Optional[dict] = None   # the flag registry of the compiler the workers ran (name -> default)
 
   def counts(self) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
@@ -113,10 +114,12 @@ class _Progress:
 
 
 def replay_captures(store: Store, captures: list[dict], python_path: list[str], replay_fields: dict, options: RunOptions,
-                    env_extra: Optional[dict[str, str]] = None) -> ReplayResult:
-  """Replay `captures` with the compiler found on `python_path`; every outcome lands in `outcomes`."""
+                    env_extra: Optional[dict[str, str]] = None, keep: bool = True) -> ReplayResult:
+  """Replay `captures` with the compiler found on `python_path`; every outcome lands in `outcomes`, and with `keep`
+  in a new replay of `store` (without it, the caller decides what to store)."""
   t0 = time.monotonic()
-  replay_id = store.add_replay(jobs=options.jobs, selected=len(captures), **replay_fields)
+  replay_id = store.add_replay(jobs=options.jobs, selected=len(captures), **replay_fields) if keep else 0
+  flag_defaults: Optional[dict] = None
   limit = _limit(options.max_changed, len(captures))
   pending = list(reversed(captures))
   outcomes: list[dict] = []
@@ -142,7 +145,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
 
   def flush() -> None:
     # outcomes are written in batches: one transaction each, not one per capture
-    if pending_rows: store.add_outcomes(list(pending_rows))
+    if pending_rows and keep: store.add_outcomes(list(pending_rows))
     pending_rows.clear()
 
   def start_worker() -> _Worker:
@@ -193,6 +196,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
         for m in msgs:
           if m.get("ready"):
             w.ready = True
+            if isinstance(m.get("flag_defaults"), dict): flag_defaults = m["flag_defaults"]
             if w.task is None: feed(w)
           elif w.task is not None:
             task = w.task
@@ -212,4 +216,4 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
       except OSError: pass
       retire(w)
     progress.close()
-  return ReplayResult(replay_id, outcomes, stopped, time.monotonic() - t0, compiler_seconds)
+  return ReplayResult(replay_id, outcomes, stopped, time.monotonic() - t0, compiler_seconds, flag_defaults)

@@ -43,8 +43,8 @@ def main() -> None:
   stdin = sys.stdin.buffer
   from replay import isolation
   isolation.install()   # the system under test comes from the tree under test, or not at all
-  from replay.replayers import replay_one
-  send(proto_out, {"ready": True, "pid": os.getpid()})
+  from replay.replayers import replay_one, flag_defaults
+  send(proto_out, {"ready": True, "pid": os.getpid(), "flag_defaults": flag_defaults()})
   while True:
     try: (hlen,) = struct.unpack(">I", read_exact(stdin, 4))
     except EOFError: return

@@ -14,8 +14,8 @@ def statuses(stdout: str) -> dict:
   rows = {}
   for line in stdout.splitlines():
     parts = line.split()
-    if parts and parts[0] in ("schedule", "kernel", "exec") and len(parts) == 7: rows[parts[0]] = dict(zip(
-      ("total", "same", "changed", "mismatch", "error", "incompatible"), map(int, parts[1:])))
+    if parts and parts[0] in ("schedule", "kernel", "exec") and len(parts) == 8: rows[parts[0]] = dict(zip(
+      ("total", "same", "changed", "mismatch", "error", "incompatible", "nondeterministic"), map(int, parts[1:])))
   return rows
 
 

@@ -1,0 +1,25 @@
+"""Folding the results of extra checks (the end-to-end rerun, the base's flag defaults) into a replay's stored
+outcomes: one outcome per capture, whose status is the most serious finding and whose detail names every check
+that found something."""
+from __future__ import annotations
+from typing import Iterable
+from db import Store
+
+# how serious a status is: an outcome takes the most serious status any check found
+SEVERITY = {"same": 0, "nondeterministic": 1, "changed": 2, "mismatch": 3, "incompatible": 4, "error": 5}
+
+
+def merge(store: Store, replay_id: int, findings: Iterable[tuple[int, str, str]]) -> int:
+  """Merge (capture id, status, detail) findings into the replay's outcomes; returns how many outcomes changed."""
+  by_capture = {o["capture_id"]: o for o in store.outcomes(replay_id)}
+  changed = 0
+  for capture_id, status, detail in findings:
+    row = by_capture.get(capture_id)
+    if row is None or status == "same": continue
+    worse = SEVERITY.get(status, 5) > SEVERITY.get(row["status"], 5)
+    new_status = status if worse else row["status"]
+    diff = "\n\n".join(part for part in (row.get("diff") or "", detail) if part)
+    store.update_outcome(row["id"], status=new_status, diff=diff)
+    row.update(status=new_status, diff=diff)
+    changed += 1
+  return changed
