@@ -162,7 +162,7 @@ def end_to_end(store: Store, run_ids: list[int], base_label: str, base_root: str
     if run is None: continue
     echo(f"replay: end to end: running the command of run {run_id} with {base_label}...")
     base = run_again(store, run, base_label, base_root, sut, log_dir)
-    echo(f"replay: end to end: running it again with the current tree (determinism check)...")
+    echo("replay: end to end: running it again with the current tree (determinism check)...")
     again = run_again(store, run, "current", None, sut, log_dir)
     line = f"run {run_id} rerun end to end: with {base_label} as run {base.run_id} (exit {base.exit_code}), " \
            f"with the current tree as run {again.run_id} (exit {again.exit_code})"
