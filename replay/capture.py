@@ -10,6 +10,7 @@ from typing import Any, Optional
 import numpy as np
 from db import Store
 from replay import serialize
+from replay.locations import current_region
 from replay.serialize import NON_COMPILER_FLAGS
 from scheduler.helpers import Context, ContextVar
 
@@ -109,13 +110,18 @@ def _outside_name(filename: str) -> Optional[str]:
 
 
 def location() -> str:
-  """The pytest node id under pytest, else `file:line function` of the first frame outside the compiler and harness."""
-  if (node := os.getenv("PYTEST_CURRENT_TEST")): return node.rsplit(" ", 1)[0]
-  frame = sys._getframe(1)
-  while frame is not None:
-    if (name := _outside_name(frame.f_code.co_filename)) is not None: return f"{name}:{frame.f_lineno} {frame.f_code.co_name}"
-    frame = frame.f_back
-  return "?"
+  """Where a capture was taken: the pytest node id under pytest, else `file:line function` of the first frame outside
+  the compiler and harness; a region named with `replay_location` comes first (`workload:mlp_sgd @ models.py:31 train`)."""
+  region = current_region()
+  if (node := os.getenv("PYTEST_CURRENT_TEST")): where = node.rsplit(" ", 1)[0]
+  else:
+    where, frame = "?", sys._getframe(1)
+    while frame is not None:
+      if (name := _outside_name(frame.f_code.co_filename)) is not None:
+        where = f"{name}:{frame.f_lineno} {frame.f_code.co_name}"
+        break
+      frame = frame.f_back
+  return f"{region} @ {where}" if region else where
 
 
 def max_exec_bytes() -> int:

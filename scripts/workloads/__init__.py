@@ -1,5 +1,6 @@
 """The bundled workload corpus: small deterministic programs that exercise the compiler the way its
-users do (training loops, attention, symbolic shapes, DISK, and the reference rows).
+users do (training loops, attention, symbolic shapes, DISK, integer and view edge cases, the reference rows),
+each also on the PYTHON runtime and under the scheduler flags that select other rules.
 
 Each workload is a function returning {"outputs": [np.ndarray...], "losses": [float...]} (losses only
 for training workloads); `python -m scripts.workloads` runs them.
@@ -7,7 +8,7 @@ for training workloads); `python -m scripts.workloads` runs them.
 from __future__ import annotations
 import csv, pathlib
 from typing import Callable
-from scripts.workloads import models
+from scripts.workloads import edge_cases, models
 
 REFERENCE_TSV = pathlib.Path(__file__).with_name("reference_workloads.tsv")
 
@@ -32,5 +33,36 @@ def reference_rows() -> list[dict]:
 WORKLOADS: dict[str, Callable[[], dict]] = {
   "mlp_sgd": models.mlp_sgd, "cnn_adam": models.cnn_adam, "transformer_adamw": models.transformer_adamw,
   "symbolic_seq": models.symbolic_seq, "disk_state_dict": models.disk_state_dict,
+  "int_arith_negative": edge_cases.int_arith_negative, "nested_views": edge_cases.nested_views,
+  "assign_orderings": edge_cases.assign_orderings,
   **{f"ref_{r['name']}": _reference_workload(r) for r in reference_rows()},
 }
+
+# Every workload also runs on the PYTHON runtime and under each scheduler flag that selects other rules, so that
+# captures reach the code those settings run (a variant's name is `workload[variant]`).
+VARIANTS: dict[str, dict] = {
+  "PYTHON": {"device": "PYTHON"},
+  **{f"{flag}={value}": {"flags": {flag: value}} for flag, value in
+     (("FUSE_ARANGE", 1), ("FUSE_CONV_BW", 1), ("SPLIT_REDUCEOP", 0), ("DONT_REALIZE_EXPAND", 1))},
+}
+
+
+def run_variant(fn: Callable[[], dict], variant: str) -> dict:
+  """`fn` on the variant's device and with its flags; both are restored afterwards."""
+  from scheduler import Device
+  from scheduler.helpers import Context
+  setting = VARIANTS[variant]
+  saved = Device.DEFAULT
+  try:
+    if "device" in setting: Device.DEFAULT = setting["device"]
+    with Context(**setting.get("flags", {})): return fn()
+  finally: Device.DEFAULT = saved
+
+
+def all_runs(variants: bool = True) -> dict[str, Callable[[], dict]]:
+  """Every workload by name, then (with `variants`) every workload under every variant."""
+  runs = dict(WORKLOADS)
+  if variants:
+    for variant in VARIANTS:
+      runs.update({f"{name}[{variant}]": (lambda fn=fn, v=variant: run_variant(fn, v)) for name, fn in WORKLOADS.items()})
+  return runs

@@ -5,6 +5,7 @@ import numpy as np
 from scheduler import Tensor, Variable, nn
 from scheduler.nn.optim import SGD, Adam, AdamW
 from scheduler.nn.state import get_parameters, get_state_dict, safe_save, safe_load, load_state_dict
+from replay import replay_location
 
 
 def _data(seed: int, shape, classes: int):
@@ -24,12 +25,13 @@ def train(model, opt, x: Tensor, y: Tensor, steps: int) -> list[float]:
   """Training steps; each realizes its loss together with the update, so the loss is the one before the step."""
   losses = []
   with Tensor.train():
-    for _ in range(steps):
-      opt.zero_grad()
-      loss = model(x).sparse_categorical_crossentropy(y)
-      loss.backward()
-      Tensor.realize(loss, *opt.schedule_step())
-      losses.append(loss.item())
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        opt.zero_grad()
+        loss = model(x).sparse_categorical_crossentropy(y)
+        loss.backward()
+        Tensor.realize(loss, *opt.schedule_step())
+        losses.append(loss.item())
   return losses
 
 

@@ -34,6 +34,34 @@ def test_corpus_fills_all_kinds_and_a_second_run_adds_no_blob(tmp_path):
   assert run["python"] and run["numpy"] and json.loads(run["argv"]) and "mlp_sgd" in run["argv"]
   loc = {c["location"] for c in s.captures(kinds=["exec"])}
   assert any("models.py" in l for l in loc)
+  # each workload's captures name it, training steps name the step, and variants are workloads of their own
+  assert any(l.startswith("workload:mlp_sgd / step 3 @ scripts/workloads/models.py:") for l in loc), sorted(loc)[:10]
+  assert any(l.startswith("workload:ref_matmul[PYTHON] @ ") for l in loc)
+  assert not any(l.startswith("<string>") for l in loc)
+
+
+def test_replay_location_labels_regions_per_thread_and_nests(replay_db):
+  import threading
+  import numpy as np
+  from scheduler import Tensor
+  from scheduler.helpers import Context
+  from replay import replay_location
+  from replay.capture import location
+  assert "@" not in location()
+  with replay_location("decoder"):
+    with replay_location("  layer\n2 "): inner = location()
+    outer = location()
+  assert inner.startswith("decoder / layer 2 @ ") and outer.startswith("decoder @ ") and "test_capture.py" in outer
+  seen = []
+  with replay_location("main thread"):
+    t = threading.Thread(target=lambda: seen.append(location()))
+    t.start(); t.join()
+  assert "@" not in seen[0]   # a region belongs to the thread that opened it
+  with pytest.raises(ValueError, match="non-empty name"): replay_location("  ").__enter__()
+  with Context(CAPTURE_PROCESS_REPLAY=1), replay_location("probe"):
+    Tensor(np.arange(4, dtype=np.float32)).realize()
+  caps = Store(str(replay_db)).captures(kinds=["exec"])
+  assert caps and all(c["location"].startswith("probe @ ") for c in caps)
 
 
 WORKER = """

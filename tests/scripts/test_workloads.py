@@ -47,5 +47,53 @@ def test_command_line_lists_and_rejects_unknown_names():
   assert proc.returncode == 0 and "mlp_sgd" in proc.stdout and "ref_matmul" in proc.stdout
   proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", "nope"], cwd=REPO, capture_output=True, text=True)
   assert proc.returncode == 2 and "unknown workload" in proc.stderr
-  proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", "ref_add_const", "ref_sum_all"], cwd=REPO, capture_output=True, text=True)
+  proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", "ref_add_const", "ref_sum_all", "--no-variants"], cwd=REPO,
+                        capture_output=True, text=True)
   assert proc.returncode == 0 and "2/2 workloads ok" in proc.stdout
+  # with variants: each workload also on PYTHON and under four flags
+  proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", "ref_add_const"], cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 0 and "6/6 workloads ok" in proc.stdout and "ref_add_const[PYTHON]" in proc.stdout
+  assert "ref_add_const[SPLIT_REDUCEOP=0]" in proc.stdout
+
+
+def test_variants_run_on_their_device_with_their_flags_and_restore_both():
+  from scheduler.helpers import ContextVar
+  from scripts.workloads import run_variant
+  seen = {}
+  def probe():
+    seen.update(device=Device.DEFAULT, split=ContextVar._cache["SPLIT_REDUCEOP"].value)
+    return {"outputs": []}
+  before = (Device.DEFAULT, ContextVar._cache["SPLIT_REDUCEOP"].value)
+  run_variant(probe, "PYTHON")
+  assert seen["device"] == "PYTHON"
+  run_variant(probe, "SPLIT_REDUCEOP=0")
+  assert seen == {"device": before[0], "split": 0}
+  assert (Device.DEFAULT, ContextVar._cache["SPLIT_REDUCEOP"].value) == before
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_integer_workload_matches_numpy(device):
+  if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
+  a = np.array([-7, -6, -1, 0, 1, 5, 7, -128, 127, -2**20], dtype=np.int32)
+  b = np.array([2, -4, 3, 5, -3, -5, 2, 7, -8, 3], dtype=np.int32)
+  out = run_on(device, "int_arith_negative")["outputs"]
+  trunc_div = lambda x, y: (np.abs(x) // np.abs(y)) * np.sign(x) * np.sign(y)   # // truncates toward zero, as the reference's idiv
+  wrapped = a.astype(np.uint32)
+  expected = [trunc_div(a, b), np.mod(a, b), a * -3 + b, trunc_div(a, np.int32(-3)), np.mod(a, 7), wrapped << 3, wrapped >> 5,
+              (-a).astype(np.uint32) >> 1, np.maximum(a, b) - np.minimum(a, b), np.trunc(a.astype(np.float32) / 3).astype(np.int32),
+              a.astype(np.int8), a.astype(np.uint8), np.abs(trunc_div(a * 3, np.int32(-2))), np.sign(a) * (np.abs(a) % 4), np.where(a < b, a, -b)]
+  assert len(out) == len(expected)
+  for i, (got, want) in enumerate(zip(out, expected)): np.testing.assert_array_equal(got, want, err_msg=f"output {i}")
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_view_and_assign_workloads_match_numpy(device):
+  if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
+  base = np.arange(96, dtype=np.float32).reshape(8, 12)
+  inner = base[1:7, 2:10][1:5, ::2]
+  expected = [inner, np.pad(inner[:, ::-1], ((1, 0), (0, 2))).T, base[2:6], base[3:5, 4:8].reshape(8) * 2, base[:, 3:9].reshape(8, 2, 3).sum(2),
+              base.reshape(4, 24)[1:3].reshape(2, 4, 6)[:, 1:3]]
+  for got, want in zip(run_on(device, "nested_views")["outputs"], expected): np.testing.assert_array_equal(got, want)
+  a = np.arange(8, dtype=np.float32)
+  expected = [a + 1, -a, 2 * a, 6 * -a, np.full((4, 4), 2, np.float32)]
+  for got, want in zip(run_on(device, "assign_orderings")["outputs"], expected): np.testing.assert_array_equal(got, want)

@@ -1,0 +1,49 @@
+"""Workloads for paths the models never take: integer arithmetic on negative operands, views of views of
+realized buffers (also across devices), and the orderings of assigns that a scheduler must respect."""
+from __future__ import annotations
+import numpy as np
+from scheduler import Tensor, dtypes
+
+
+def int_arith_negative() -> dict:
+  """Division, modulo, shifts and casts of int32 tensors holding negative values (and int8/uint8 wrap-around)."""
+  a = Tensor(np.array([-7, -6, -1, 0, 1, 5, 7, -128, 127, -2**20], dtype=np.int32)).realize()
+  b = Tensor(np.array([2, -4, 3, 5, -3, -5, 2, 7, -8, 3], dtype=np.int32)).realize()
+  wrapped = a.cast(dtypes.uint32)   # shifts are defined on unsigned integers: negative values wrap around first
+  outs = [a // b, a % b, a * -3 + b, a // -3, a % 7, wrapped << 3, wrapped >> 5, (-a).cast(dtypes.uint32) >> 1, a.maximum(b) - a.minimum(b),
+          (a.cast(dtypes.float32) / 3).cast(dtypes.int32), a.cast(dtypes.int8), a.cast(dtypes.uint8), (a * 3 // -2).abs(),
+          a.sign() * (a.abs() % 4), (a < b).where(a, -b)]
+  Tensor.realize(*outs)
+  return {"outputs": [o.numpy() for o in outs]}
+
+
+def nested_views() -> dict:
+  """Views of views of realized buffers: shrinks of shrinks, a permuted pad of a flip, strided slices copied to
+  another device, and a reshape of a slice used as a reduce input."""
+  base = Tensor(np.arange(96, dtype=np.float32).reshape(8, 12)).realize()
+  inner = base[1:7, 2:10][1:5, ::2]
+  outs = [inner.contiguous(), inner.flip(1).pad(((1, 0), (0, 2))).permute(1, 0).contiguous(),
+          base[2:6].to("PYTHON").contiguous(), base[3:5, 4:8].reshape(8).to("PYTHON") * 2,
+          base[:, 3:9].reshape(8, 2, 3).sum(2), base.reshape(4, 24)[1:3].reshape(2, 4, 6)[:, 1:3].contiguous()]
+  Tensor.realize(*outs)
+  return {"outputs": [o.numpy() for o in outs]}
+
+
+def assign_orderings() -> dict:
+  """Reads scheduled before an assign to the same buffer, a swap of two buffers, and chained assigns."""
+  a = Tensor(np.arange(8, dtype=np.float32)).realize()
+  b = Tensor(np.arange(8, dtype=np.float32) * -1).realize()
+  read_before = a + 1                 # must see a before the assign below
+  a.assign(a * 2)
+  Tensor.realize(read_before, a)
+  old_a, old_b = a.clone(), b.clone()
+  Tensor.realize(old_a, old_b)
+  a.assign(old_b); b.assign(old_a)    # a swap through copies
+  Tensor.realize(a, b)
+  c = Tensor.zeros(8).contiguous().realize()
+  for i in range(3): c.assign(c + a * (i + 1))   # chained assigns, one realize
+  c.realize()
+  d = Tensor(np.ones((4, 4), dtype=np.float32)).realize()
+  d.assign(d.T.contiguous() + d)      # an assign that reads its own target transposed, through a copy
+  d.realize()
+  return {"outputs": [read_before.numpy(), a.numpy(), b.numpy(), c.numpy(), d.numpy()]}
