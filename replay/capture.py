@@ -113,15 +113,18 @@ def location() -> str:
   """Where a capture was taken: the pytest node id under pytest, else `file:line function` of the first frame outside
   the compiler and harness; a region named with `replay_location` comes first (`workload:mlp_sgd @ models.py:31 train`)."""
   region = current_region()
-  if (node := os.getenv("PYTEST_CURRENT_TEST")): where = node.rsplit(" ", 1)[0]
-  else:
-    where, frame = "?", sys._getframe(1)
-    while frame is not None:
-      if (name := _outside_name(frame.f_code.co_filename)) is not None:
-        where = f"{name}:{frame.f_lineno} {frame.f_code.co_name}"
-        break
-      frame = frame.f_back
+  node = os.getenv("PYTEST_CURRENT_TEST")
+  where = node.rsplit(" ", 1)[0] if node else code_location()
   return f"{region} @ {where}" if region else where
+
+
+def code_location() -> str:
+  """`file:line function` of the innermost frame outside the compiler and the harness."""
+  frame = sys._getframe(1)
+  while frame is not None:
+    if (name := _outside_name(frame.f_code.co_filename)) is not None: return f"{name}:{frame.f_lineno} {frame.f_code.co_name}"
+    frame = frame.f_back
+  return "?"
 
 
 def max_exec_bytes() -> int:
@@ -173,7 +176,7 @@ class CapturePoint:
   """One captured call: `with CapturePoint(kind, inputs, meta) as cap: ...; cap.set_output(out)`."""
 
   def __init__(self, kind: str, inputs: tuple, meta: dict):
-    self.kind, self.meta = kind, dict(meta)
+    self.kind, self.meta = kind, {k: (v() if callable(v) else v) for k, v in meta.items()}
     self.output: Any = None
     self.has_output = False
     self.flags = ContextVar.snapshot()

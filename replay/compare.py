@@ -109,7 +109,16 @@ def compare_arrays(captured: np.ndarray, replayed: np.ndarray, tolerances: Optio
   return not bad.any(), {"max_abs_err": float(abs_err.max()), "max_rel_err": float(rel_err.max()), "mismatches": int(bad.sum())}
 
 
-def compare_exec(captured: dict, replayed: dict, tolerances: Optional[dict] = None) -> Comparison:
+def output_names(meta) -> Optional[list]:
+  """The names an exec capture recorded for its outputs (dtype, shape, the function and the line that made each)."""
+  if isinstance(meta, str):
+    try: meta = json.loads(meta or "{}")
+    except ValueError: return None
+  names = meta.get("outputs") if isinstance(meta, dict) else None
+  return [str(n) for n in names] if isinstance(names, list) else None
+
+
+def compare_exec(captured: dict, replayed: dict, tolerances: Optional[dict] = None, names: Optional[list] = None) -> Comparison:
   outs_c, outs_r = captured["outputs"], replayed["outputs"]
   if len(outs_c) != len(outs_r): return Comparison("mismatch", f"captured {len(outs_c)} outputs, base produced {len(outs_r)}")
   lines, total = [], {"max_abs_err": 0.0, "max_rel_err": 0.0, "mismatches": 0}
@@ -118,7 +127,8 @@ def compare_exec(captured: dict, replayed: dict, tolerances: Optional[dict] = No
     for k in ("max_abs_err", "max_rel_err", "mismatches"): total[k] = max(total[k], m.get(k, 0)) if k != "mismatches" else total[k] + m.get(k, 0)
     if not ok:
       detail = m.get("reason") or f"{m['mismatches']} of {np.asarray(c).size} elements differ, max abs err {m['max_abs_err']:.3g}, max rel err {m['max_rel_err']:.3g}"
-      lines.append(f"output {i}: {detail}")
+      name = f" ({names[i]})" if names and i < len(names) else f" ({np.asarray(c).dtype}{list(np.asarray(c).shape)})"
+      lines.append(f"output {i}{name}: {detail}")
       if "reason" not in m:
         flat_c, flat_r = np.asarray(c).reshape(-1), np.asarray(r).reshape(-1)
         where = np.flatnonzero(~np.isclose(flat_c.astype(np.float64), flat_r.astype(np.float64), equal_nan=True))[:5] if flat_c.dtype.kind == "f" \

@@ -102,7 +102,8 @@ RUNNERS = {"schedule": run_schedule_capture, "kernel": run_kernel_capture, "exec
 COMPARE = {"schedule": compare_schedule, "kernel": compare_kernel, "exec": compare_exec}
 
 
-def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str, int], tolerances: Optional[dict] = None) -> dict:
+def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str, int], tolerances: Optional[dict] = None,
+               names: Optional[list] = None) -> dict:
   """One capture's outcome: {status, reason, diff, metrics, compiler_seconds}."""
   t0 = time.perf_counter()
   try:
@@ -113,7 +114,7 @@ def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str
       try: replayed = RUNNERS[kind](inp)
       except (ImportError, AttributeError) as e: raise Incompatible(f"this revision cannot run the capture: {type(e).__name__}: {e}") from e
       compiler_s = time.perf_counter() - t1
-    result: Comparison = COMPARE[kind](captured, replayed, tolerances) if kind == "exec" else COMPARE[kind](captured, replayed)
+    result: Comparison = compare_exec(captured, replayed, tolerances, names) if kind == "exec" else COMPARE[kind](captured, replayed)
     return {"status": result.status, "reason": "", "diff": result.diff, "metrics": result.metrics, "compiler_seconds": compiler_s, "load_seconds": load_s}
   except serialize.UnsafePickleError as e:
     return {"status": "incompatible", "reason": str(e), "diff": "", "metrics": {}, "compiler_seconds": 0.0}

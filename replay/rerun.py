@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 from db import Store, BlobError
 from replay import serialize
-from replay.compare import Comparison, compare_schedule, compare_kernel, compare_exec
+from replay.compare import Comparison, compare_schedule, compare_kernel, compare_exec, output_names
 
 BOOT_DIR = pathlib.Path(__file__).resolve().parent / "sut_boot"
 # harness variables a rerun must not inherit from the process that starts it
@@ -118,7 +118,7 @@ def compare_captures(store: Store, mine: dict, theirs: dict, tolerances: Optiona
   try:
     if kind == "schedule": return compare_schedule(a, b)
     if kind == "kernel": return compare_kernel(a, b)
-    return compare_exec(a, b, tolerances)
+    return compare_exec(a, b, tolerances, output_names(mine.get("meta")))
   except Exception as e: return Comparison("error", f"cannot compare: {type(e).__name__}: {e}")
 
 

@@ -55,8 +55,10 @@ class _Worker:
     self.ready = False
 
   def send(self, capture: dict, input_data: bytes, output_data: bytes, tolerances, timeout: float) -> None:
+    from replay.compare import output_names
     header = json.dumps({"capture_id": capture["id"], "kind": capture["kind"], "flags": json.loads(capture["flags"] or "{}"),
-                         "tolerances": tolerances, "input_len": len(input_data), "output_len": len(output_data)}).encode()
+                         "tolerances": tolerances, "names": output_names(capture.get("meta")),
+                         "input_len": len(input_data), "output_len": len(output_data)}).encode()
     self.task, self.deadline = capture, time.monotonic() + timeout
     assert self.proc.stdin is not None
     self.proc.stdin.write(struct.pack(">I", len(header)) + header + input_data + output_data)

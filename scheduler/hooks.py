@@ -22,3 +22,9 @@ def capture_point(kind: str, *inputs: Any, **meta: Any):
   if not CAPTURE_PROCESS_REPLAY: return _NO_CAPTURE
   from replay.capture import CapturePoint
   return CapturePoint(kind, inputs, meta)
+
+
+def origin() -> str:
+  """Where the program is (`file:line function` of the first frame outside the compiler and the harness)."""
+  from replay.capture import code_location
+  return code_location()

@@ -13,7 +13,7 @@ from scheduler import hooks
 from scheduler.device import Device
 from scheduler.dtype import DType, dtypes, ConstType, least_upper_dtype, to_dtype, from_np_dtype, to_np_dtype, truncate_const
 from scheduler.gradient import compute_gradient
-from scheduler.helpers import all_int, all_same, fully_flatten, prod, Context, Metadata, TRACEMETA
+from scheduler.helpers import all_int, all_same, fully_flatten, prod, Context, Metadata, TRACEMETA, CAPTURE_PROCESS_REPLAY
 from scheduler.ops import UOp, Ops, resolve, smax, all_metadata
 
 # every live tensor, so that scheduling can point them at the buffers their values now live in (S56)
@@ -37,6 +37,12 @@ def apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
     # one substitution over all affected graphs, so shared subgraphs are rewritten once
     rewritten = UOp.sink(*[t.lazydata for t in affected]).substitute(becomes).src
     for t, new in zip(affected, rewritten): t.lazydata = new
+
+
+def _describe(t: TensorBase) -> str:
+  """A tensor as a report names it: dtype, shape, the tensor function that made it, and where the program made it."""
+  made_by = all_metadata.get(t.lazydata)
+  return f"{t.dtype.name}{list(t.shape)}" + (f" {made_by}" if made_by is not None else "") + (f" from {origin}" if (origin := getattr(t, "origin", None)) else "")
 
 
 def nested_shape(data) -> tuple:
@@ -94,7 +100,7 @@ def broadcast_shape(*shapes: tuple) -> tuple:
 
 class TensorBase:
   """A lazily evaluated multi-dimensional array; see tinygrad's Tensor for the semantics."""
-  __slots__ = ("lazydata", "requires_grad", "grad", "__weakref__")
+  __slots__ = ("lazydata", "requires_grad", "grad", "origin", "__weakref__")
   training: bool = False
   no_grad: bool = False
 
@@ -107,6 +113,8 @@ class TensorBase:
     self.requires_grad: Optional[bool] = requires_grad
     uop = self._uop_from(data, dtype, device)
     self.lazydata: UOp = uop if uop.device == device else uop.copy_to_device(device)
+    # where the program made this tensor (only while capturing: reports name outputs by it)
+    self.origin: Optional[str] = hooks.origin() if CAPTURE_PROCESS_REPLAY else None
     all_tensors[weakref.ref(self, _forget)] = None
 
   @staticmethod
@@ -213,7 +221,8 @@ class TensorBase:
     pending = [t for t in (self, *more) if not t.lazydata.is_realized]
     if pending:
       label = "realize " + " ".join(f"{t.dtype.name}{list(t.shape)}" for t in pending)
-      with hooks.capture_point("exec", UOp.sink(*(t.lazydata for t in pending)), name=label) as cap:
+      with hooks.capture_point("exec", UOp.sink(*(t.lazydata for t in pending)), name=label,
+                               outputs=lambda: [_describe(t) for t in pending]) as cap:
         run_schedule(*pending[0].schedule_with_vars(*pending[1:]))
         cap.set_output(lambda: _read_back(pending))
     return self

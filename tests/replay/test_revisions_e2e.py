@@ -1,7 +1,7 @@
 """End to end across revisions in a throw-away repository built from this project: an unchanged head,
 a fusion-rule change, broken arithmetic in the C renderer, a renamed module, and a base whose kernels
 crash or hang."""
-import sys
+import re, sys
 import pytest
 from tests.replay.conftest import cli, capture_workloads, git, edit, commit_on_a, rename_view_module, NO_REALIZE_EXPAND
 from scheduler.device import find_c_compiler
@@ -56,6 +56,8 @@ def test_broken_c_arithmetic_is_a_mismatch(repo, tmp_path):
   st = statuses(proc.stdout)
   assert st["exec"]["mismatch"] >= 1 and st["kernel"]["changed"] >= 1
   assert "elements differ" in proc.stdout
+  # the output is named by dtype, shape, the function and the line of the workload that made it
+  assert re.search(r"output \d+ \(float\[[0-9, ]*\] \w+ from <string>:1 <module>\): \d+ of \d+ elements differ", proc.stdout), proc.stdout
 
 
 def test_renamed_module_is_incompatible(repo, tmp_path):
