@@ -106,7 +106,26 @@ def compare_arrays(captured: np.ndarray, replayed: np.ndarray, tolerances: Optio
     abs_err = np.where(finite, np.abs(a - b), 0.0)
     rel_err = np.where(finite, abs_err / np.maximum(np.abs(a), 1e-30), 0.0)
   bad = ~(same_special | (finite & (abs_err <= atol + rtol * np.abs(a))))
-  return not bad.any(), {"max_abs_err": float(abs_err.max()), "max_rel_err": float(rel_err.max()), "mismatches": int(bad.sum())}
+  metrics = {"max_abs_err": float(abs_err.max()), "max_rel_err": float(rel_err.max()), "mismatches": int(bad.sum())}
+  # drift: elements inside the tolerance that are not the same bits (NaNs of any payload count as equal)
+  drifted = ~bad & ~(np.isnan(a) & np.isnan(b)) & (captured.view(_BITS[captured.itemsize]) != replayed.view(_BITS[captured.itemsize]))
+  if drifted.any():
+    metrics.update(drift=int(drifted.sum()), max_ulp=int(ulp_distance(captured[drifted], replayed[drifted]).max()),
+                   drift_max_rel_err=float(rel_err[drifted].max()))
+  return not bad.any(), metrics
+
+
+_BITS = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def ulp_distance(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+  """How many representable floats lie between x and y (same dtype, finite): the bit patterns mapped to one
+  monotonic integer line, then subtracted."""
+  ints = _BITS[x.itemsize]
+  def line(v):
+    i = v.view(ints).astype(np.int64)
+    return np.where(i < 0, np.iinfo(ints).min - i, i)
+  return np.abs(line(x) - line(y))
 
 
 def output_names(meta) -> Optional[list]:
@@ -125,6 +144,10 @@ def compare_exec(captured: dict, replayed: dict, tolerances: Optional[dict] = No
   for i, (c, r) in enumerate(zip(outs_c, outs_r)):
     ok, m = compare_arrays(c, r, tolerances)
     for k in ("max_abs_err", "max_rel_err", "mismatches"): total[k] = max(total[k], m.get(k, 0)) if k != "mismatches" else total[k] + m.get(k, 0)
+    if m.get("drift"):
+      total["drift"] = total.get("drift", 0) + m["drift"]
+      total["max_ulp"] = max(total.get("max_ulp", 0), m["max_ulp"])
+      total["drift_max_rel_err"] = max(total.get("drift_max_rel_err", 0.0), m["drift_max_rel_err"])
     if not ok:
       detail = m.get("reason") or f"{m['mismatches']} of {np.asarray(c).size} elements differ, max abs err {m['max_abs_err']:.3g}, max rel err {m['max_rel_err']:.3g}"
       name = f" ({names[i]})" if names and i < len(names) else f" ({np.asarray(c).dtype}{list(np.asarray(c).shape)})"

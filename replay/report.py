@@ -42,6 +42,7 @@ class Summary:
   expect_no_change: bool = False
   allow_incompatible: bool = False
   capture_runs: list = field(default_factory=list)   # the runs the replayed captures come from
+  fail_on_drift: bool = False
 
   @staticmethod
   def from_row(replay: dict, outcomes: list[dict], capture_runs: Optional[list] = None) -> "Summary":
@@ -49,7 +50,8 @@ class Summary:
     try: policy = json.loads(replay.get("policy") or "{}")
     except ValueError: policy = {}
     if not isinstance(policy, dict): policy = {}
-    return Summary(replay, outcomes, bool(policy.get("expect_no_change")), bool(policy.get("allow_incompatible")), list(capture_runs or []))
+    return Summary(replay, outcomes, bool(policy.get("expect_no_change")), bool(policy.get("allow_incompatible")), list(capture_runs or []),
+                   bool(policy.get("fail_on_drift")))
 
   def capture_problem(self) -> Optional[str]:
     """How a captured command failed, if one did: the captures then describe only part of the program."""
@@ -101,10 +103,28 @@ class Summary:
     if t["mismatch"]: return EXIT_MISMATCH, f"FAIL: {t['mismatch']} of {n} captures produce different outputs"
     if (t["error"] or t["incompatible"]) and not self.allow_incompatible:
       return EXIT_HARNESS, f"FAIL: {t['error']} replay errors and {t['incompatible']} incompatible captures of {n}"
+    if self.fail_on_drift and (d := self.drift()):
+      return EXIT_MISMATCH, f"FAIL: {d['captures']} of {n} captures drift within tolerance (at most {d['max_ulp']} ulp), and --fail-on-drift was given"
     if t["changed"] and self.expect_no_change: return EXIT_CHANGED, f"FAIL: {t['changed']} captures changed kernels, and no change was promised"
     if t["changed"]: return EXIT_OK, f"OK: {t['changed']} of {n} captures changed kernels; outputs are the same"
     extra = f" ({t['error'] + t['incompatible']} errors/incompatible allowed)" if t["error"] or t["incompatible"] else ""
     return EXIT_OK, f"OK: all {n} captures replay the same{extra}"
+
+  def drift(self) -> Optional[dict]:
+    """Outputs that are not the same bits but within tolerance: {captures, elements, max_ulp, max_rel_err, examples}."""
+    drifting = [(o, m) for o in self.outcomes if o["status"] == "same" and isinstance((m := _metrics(o.get("metrics"))).get("drift"), int)
+                and m["drift"] > 0]
+    if not drifting: return None
+    return {"captures": len(drifting), "elements": sum(m["drift"] for _, m in drifting),
+            "max_ulp": max(int(m.get("max_ulp", 0) or 0) for _, m in drifting),
+            "max_rel_err": max(float(m.get("drift_max_rel_err", 0.0) or 0.0) for _, m in drifting),
+            "examples": [f"capture {o['capture_id']} @ {clean(o['location'])}" for o, _ in drifting[:3]]}
+
+  def drift_line(self) -> Optional[str]:
+    d = self.drift()
+    if d is None: return None
+    return (f"drift: {d['captures']} captures ({d['elements']} elements) give other bits within tolerance, at most {d['max_ulp']} ulp "
+            f"(max rel err {d['max_rel_err']:.3g}); e.g. {'; '.join(d['examples'])}")
 
   def notes(self) -> list[str]:
     """What the replay found about the whole run rather than one capture (flag defaults, end-to-end reruns)."""
@@ -145,7 +165,7 @@ def _detail(o: dict) -> str:
 
 def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
   out = [_title(s), tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="simple")]
-  out += [f"note: {n}" for n in s.notes()]
+  out += [f"note: {n}" for n in s.notes()] + ([line] if (line := s.drift_line()) else [])
   shown = s.interesting()[:max_diffs]
   for o in shown:
     out.append(f"\n--- {_heading(o)}")
@@ -159,7 +179,7 @@ def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
 def render_markdown(s: Summary, max_diffs: int = 10) -> str:
   rows = [[esc(cell) if isinstance(cell, str) else cell for cell in row] for row in _table_rows(s)]
   out = [f"### {esc(_title(s))}", "", tabulate(rows, headers=["kind", "total", *STATUSES], tablefmt="github"), ""]
-  if s.notes(): out += [f"- {esc(n)}" for n in s.notes()] + [""]
+  if s.notes() or s.drift(): out += [f"- {esc(n)}" for n in s.notes() + ([s.drift_line()] if s.drift() else [])] + [""]
   for o in s.interesting()[:max_diffs]:
     out += [f"<details><summary>capture {esc(o['capture_id'])} [{esc(o['kind'])}] <b>{esc(o['status'])}</b>: {esc(o['name'])} @ "
             f"<code>{esc(o['location'])}</code></summary>", "", *_fenced(_detail(o), "diff"), "</details>", ""]
@@ -180,6 +200,7 @@ def render_json(s: Summary) -> str:
   doc = {"schema": "replay-report/1", "replay": {k: s.replay.get(k) for k in ("id", "capture_run_id", "base_ref", "base_commit", "head_commit",
                                                                                   "started", "finished", "jobs")},
          "counts": s.counts, "totals": s.totals(), "exit_code": code, "verdict": verdict, "notes": s.notes(),
+         "drift": s.drift(),
          "outcomes": [{"capture_id": o["capture_id"], "kind": o["kind"], "name": o["name"], "location": o["location"], "status": o["status"],
                        "reason": o.get("reason") or "", "diff": o.get("diff") or "", "metrics": _metrics(o.get("metrics")),
                        "seconds": o.get("seconds") or 0.0} for o in s.outcomes]}
@@ -188,9 +209,10 @@ def render_json(s: Summary) -> str:
 
 def render_junit(s: Summary) -> str:
   suites = ET.Element("testsuites", name="replay")
-  if s.notes():
+  if s.notes() or s.drift():
     props = ET.SubElement(ET.SubElement(suites, "testsuite", name="replay.notes", tests="0", failures="0", errors="0"), "properties")
     for n in s.notes(): ET.SubElement(props, "property", name="note", value=n)
+    if s.drift(): ET.SubElement(props, "property", name="drift", value=s.drift_line())
   for kind in _kinds(s):
     group = [o for o in s.outcomes if o["kind"] == kind]
     kind = clean(kind)
@@ -227,7 +249,8 @@ def render_html(s: Summary) -> str:
     body = _side_by_side(_detail(o)) if o.get("diff") and o["status"] == "changed" else f"<pre>{esc(_detail(o))}</pre>"
     sections.append(f"<h3>capture {esc(o['capture_id'])} [{esc(o['kind'])}] {esc(o['status'])}: {esc(o['name'])} "
                     f"<small>{esc(o['location'])}</small></h3>{body}")
-  notes = f"<ul>{''.join(f'<li>{esc(n)}</li>' for n in s.notes())}</ul>" if s.notes() else ""
+  lines = s.notes() + ([s.drift_line()] if s.drift() else [])
+  notes = f"<ul>{''.join(f'<li>{esc(n)}</li>' for n in lines)}</ul>" if lines else ""
   style = ("body{font-family:sans-serif} table.diff{font-family:monospace;font-size:12px} .diff_add{background:#cfc} .diff_chg{background:#ffa}"
            " .diff_sub{background:#fcc} td,th{padding:2px 8px}")
   return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(_title(s))}</title><style>{style}</style></head><body>"

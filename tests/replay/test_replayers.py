@@ -86,3 +86,17 @@ def test_kernel_comparison_includes_compile_options():
   assert compare_kernel({"src": "void k() {}", "name": "E_4"}, base).status == "same"   # an old capture without options
   changed = compare_kernel({**base, "options": {"cflags": ["-O2", "-ffast-math"], "compiler": "cc 12"}}, base)
   assert changed.status == "changed" and "compile options changed" in changed.diff and "+cflags" in changed.diff
+
+
+def test_drift_counts_other_bits_within_tolerance_in_ulps():
+  a = np.array([1.0, 2.0, np.nan, 3.0, 4.0], np.float32)
+  b = a.copy()
+  b[0] = np.nextafter(np.float32(1), np.float32(2))                          # 1 ulp up
+  b[3] = np.nextafter(np.nextafter(np.float32(3), np.float32(0)), np.float32(0))   # 2 ulp down
+  b[2] = np.float32("nan")
+  ok, m = compare_arrays(a, b)
+  assert ok and m["drift"] == 2 and m["max_ulp"] == 2 and 0 < m["drift_max_rel_err"] < 1e-6
+  ok, m = compare_arrays(a, a.copy())
+  assert ok and "drift" not in m
+  ok, m = compare_arrays(np.array([1.0], np.float64), np.array([1.0 + 2 ** -52], np.float64))
+  assert ok and m["drift"] == 1 and m["max_ulp"] == 1

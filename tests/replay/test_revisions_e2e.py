@@ -1,7 +1,7 @@
 """End to end across revisions in a throw-away repository built from this project: an unchanged head,
 a fusion-rule change, broken arithmetic in the C renderer, a renamed module, and a base whose kernels
 crash or hang."""
-import re, sys
+import json, re, sys
 import pytest
 from tests.replay.conftest import cli, capture_workloads, git, edit, commit_on_a, rename_view_module, NO_REALIZE_EXPAND
 from scheduler.device import find_c_compiler
@@ -147,3 +147,20 @@ def test_a_compile_flag_change_is_a_kernel_change_with_the_option_diff(repo, tmp
   assert st["kernel"]["changed"] == st["kernel"]["total"] > 0, proc.stdout
   assert "compile options changed" in proc.stdout and "-ffast-math" in proc.stdout
   git(repo, "checkout", "-q", "main")
+
+
+def test_outputs_that_drift_within_tolerance_are_reported_and_fail_only_on_request(repo, tmp_path):
+  # float multiplies come out one ulp too large: within every tolerance, but not the same bits
+  commit_on_a(repo, "drift-mul", lambda r: edit(r, "runtimes/cpu.py", '  if op is Ops.CAST: return f"({ct})({s[0]})"',
+              '  if op is Ops.MUL and dtype == dtypes.float32: return f"({ct})({s[0]}*{s[1]}*1.00000012f)"\n  if op is Ops.CAST: return f"({ct})({s[0]})"'))
+  db = tmp_path / "r.db"
+  capture_workloads(db, *WORKLOADS, cwd=repo)
+  proc = cli("diff", "--base", "main", db=db, cwd=repo)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert re.search(r"drift: \d+ captures \(\d+ elements\) give other bits within tolerance, at most \d+ ulp", proc.stdout), proc.stdout
+  assert statuses(proc.stdout)["exec"]["mismatch"] == 0
+  doc = json.loads(cli("report", "--format", "json", db=db, cwd=repo).stdout)
+  assert doc["drift"]["captures"] >= 1 and doc["drift"]["max_ulp"] >= 1
+  for fmt in ("markdown", "html", "junit"): assert "drift" in cli("report", "--format", fmt, db=db, cwd=repo).stdout
+  proc = cli("diff", "--base", "main", "--fail-on-drift", db=db, cwd=repo)
+  assert proc.returncode == 3 and "--fail-on-drift" in proc.stdout, proc.stdout
