@@ -88,6 +88,8 @@ def policy_options(f):
   f = click.option("--expect-no-change", is_flag=True, help="Fail (exit 1) if any kernel changed.")(f)
   f = click.option("--allow-incompatible", is_flag=True, help="Do not fail on replay errors and incompatible captures.")(f)
   f = click.option("--fail-on-drift", is_flag=True, help="Fail (exit 3) when outputs differ bit for bit, even within tolerance.")(f)
+  f = click.option("--max-cost-increase", type=click.FloatRange(min=0), default=None,
+                   help="Fail (exit 1) when a changed kernel's static cost grows by more than this percentage (e.g. 10).")(f)
   f = click.option("--rtol", type=float, default=None, help="Relative tolerance for float outputs (all float dtypes).")(f)
   f = click.option("--atol", type=float, default=None, help="Absolute tolerance for float outputs (all float dtypes).")(f)
   f = click.option("--format", "fmt", type=click.Choice(rpt.FORMATS), default="text", show_default=True, help="Report format on stdout.")(f)
@@ -111,7 +113,8 @@ def _tolerances(rtol, atol) -> Optional[dict]:
 
 def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], base_ref: Optional[str], merge_base: bool, jobs, timeout,
               max_changed, rtol, atol, expect_no_change: bool = False, allow_incompatible: bool = False,
-              worker_memory: int = 8192, rerun: bool = False, fail_on_drift: bool = False) -> rpt.Summary:
+              worker_memory: int = 8192, rerun: bool = False, fail_on_drift: bool = False,
+              max_cost_increase: Optional[float] = None) -> rpt.Summary:
   from replay.runner import replay_captures, RunOptions
   from replay import revisions
   from replay.capture import git_state
@@ -130,7 +133,8 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
                        memory_mb=worker_memory)
   # the policy is stored with the replay, so that `replay report` later gives the verdict this run gave
   fields["policy"] = json.dumps({"expect_no_change": expect_no_change, "allow_incompatible": allow_incompatible, "max_changed": max_changed,
-                                 "tolerances": options.tolerances, "fail_on_drift": fail_on_drift})
+                                 "tolerances": options.tolerances, "fail_on_drift": fail_on_drift,
+                                 "max_cost_increase": None if max_cost_increase is None else max_cost_increase / 100})
   try: result = replay_captures(store, captures, path, {"capture_run_id": capture_run, "head_commit": head, "argv": json.dumps(sys.argv), **fields}, options)
   except ValueError as e: raise click.UsageError(str(e)) from None
   except RuntimeError as e: raise HarnessError(str(e)) from None
@@ -191,12 +195,12 @@ def finish(store: Store, summary: rpt.Summary, fmt: str, output: Optional[str]) 
 @selection_options
 @policy_options
 def run(runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_changed, expect_no_change, allow_incompatible, fail_on_drift,
-        rtol, atol, fmt, output):
+        max_cost_increase, rtol, atol, fmt, output):
   """Replay captures against the working tree (a determinism check right after capturing)."""
   store = _store()
   caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
   summary = do_replay(store, caps, cap_run, None, False, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible,
-                      worker_memory, fail_on_drift=fail_on_drift)
+                      worker_memory, fail_on_drift=fail_on_drift, max_cost_increase=max_cost_increase)
   sys.exit(finish(store, summary, fmt, output))
 
 
@@ -208,12 +212,12 @@ def run(runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_cha
 @selection_options
 @policy_options
 def diff(base, merge_base, rerun, runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_changed, expect_no_change,
-         allow_incompatible, fail_on_drift, rtol, atol, fmt, output):
+         allow_incompatible, fail_on_drift, max_cost_increase, rtol, atol, fmt, output):
   """Replay captures with the compiler of another revision; base is `-`, captured is `+` in the diffs."""
   store = _store()
   caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
   summary = do_replay(store, caps, cap_run, base, merge_base, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible,
-                      worker_memory, rerun, fail_on_drift)
+                      worker_memory, rerun, fail_on_drift, max_cost_increase)
   sys.exit(finish(store, summary, fmt, output))
 
 
@@ -312,8 +316,10 @@ def promised_no_change() -> tuple[bool, str]:
 @click.option("--html", type=click.Path(dir_okay=False, writable=True), default=None, help="Write the HTML report here.")
 @click.option("--rerun", is_flag=True, help="Also run the command again with the base and compare end to end (see replay diff --rerun).")
 @click.option("--fail-on-drift", is_flag=True, help="Fail (exit 3) when outputs differ bit for bit, even within tolerance.")
+@click.option("--max-cost-increase", type=click.FloatRange(min=0), default=None,
+              help="Fail (exit 1) when a changed kernel's static cost grows by more than this percentage.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, junit, html, rerun, fail_on_drift, cmd):
+def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, junit, html, rerun, fail_on_drift, max_cost_increase, cmd):
   """Capture (the bundled corpus, or CMD after --), replay on --base, and apply the CI policy: output mismatches fail
   (3); kernel changes fail (1) only if no change was promised; errors and incompatible captures fail (4)."""
   from replay import revisions
@@ -329,7 +335,8 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
   if not sum(counts.values()): raise HarnessError(f"the captured command captured nothing: {' '.join(command)}")
   store = _store()
   summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None,
-                      expect_no_change or promised, allow_incompatible, rerun=rerun, fail_on_drift=fail_on_drift)
+                      expect_no_change or promised, allow_incompatible, rerun=rerun, fail_on_drift=fail_on_drift,
+                      max_cost_increase=max_cost_increase)
   exit_code = finish(store, summary, "text", None)
   if junit: pathlib.Path(junit).write_text(rpt.render(summary, "junit"))
   if html: pathlib.Path(html).write_text(rpt.render(summary, "html"))

@@ -10,10 +10,12 @@ import difflib, json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 import numpy as np
+from replay.cost import static_cost, growth
 
 # (rtol, atol) per float dtype; the C and numpy runtimes differ in the last bits of transcendental math
 DEFAULT_TOLERANCES = {"float16": (1e-2, 1e-3), "float32": (1e-5, 1e-6), "float64": (1e-9, 1e-12)}
 MAX_DIFF_LINES = 400
+SLOWER_THRESHOLD = 0.05   # a changed kernel whose static cost grows by more than this fraction is flagged `slower`
 
 
 @dataclass
@@ -67,6 +69,7 @@ def compare_schedule(captured: dict, replayed: dict) -> Comparison:
   rep_vars = sorted((k.arg[0], v) for k, v in replayed["var_vals"].items())
   metrics = {"kernels_captured": len(cap_keys), "kernels_base": len(rep_keys)}
   if cap_keys == rep_keys and cap_vars == rep_vars: return Comparison("same", metrics=metrics)
+  if len(cap_keys) > len(rep_keys) and rep_keys: metrics["slower"] = (len(cap_keys) - len(rep_keys)) / len(rep_keys)   # more kernels to run
   diff = unified(schedule_text(replayed["asts"]) + f"\nvars {rep_vars}", schedule_text(captured["asts"]) + f"\nvars {cap_vars}")
   return Comparison("changed", diff, metrics)
 
@@ -81,9 +84,21 @@ def compare_kernel(captured: dict, replayed: dict) -> Comparison:
   options_known = isinstance(captured.get("options"), dict) and isinstance(replayed.get("options"), dict)
   same_options = not options_known or captured["options"] == replayed["options"]
   if same_source and same_options: return Comparison("same")
+  metrics = {}
+  if not same_source:
+    base_cost, captured_cost = static_cost(replayed["src"], replayed["name"]), static_cost(captured["src"], captured["name"])
+    metrics = {"cost_base": base_cost, "cost_captured": captured_cost}
+    if (grew := growth(base_cost, captured_cost)) is not None and grew > SLOWER_THRESHOLD: metrics["slower"] = grew
   parts = [] if same_options else ["compile options changed:\n" + unified(_options_text(replayed["options"]), _options_text(captured["options"]))]
+  if "slower" in metrics:
+    b, c = metrics["cost_base"], metrics["cost_captured"]
+    parts.append(f"slower: static cost {b['cost']:.0f} -> {c['cost']:.0f} ({_percent(metrics['slower'])}; alu {b['alu']} -> {c['alu']}, "
+                 f"loads {b['loads']} -> {c['loads']}, stores {b['stores']} -> {c['stores']})")
   if not same_source: parts.append(unified(f"// {replayed['name']}\n{replayed['src']}", f"// {captured['name']}\n{captured['src']}"))
-  return Comparison("changed", "\n".join(parts))
+  return Comparison("changed", "\n".join(parts), metrics)
+
+
+def _percent(fraction: float) -> str: return "+inf%" if fraction == float("inf") else f"+{fraction * 100:.0f}%"
 
 
 def compare_arrays(captured: np.ndarray, replayed: np.ndarray, tolerances: Optional[dict] = None) -> tuple[bool, dict]:

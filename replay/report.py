@@ -43,6 +43,7 @@ class Summary:
   allow_incompatible: bool = False
   capture_runs: list = field(default_factory=list)   # the runs the replayed captures come from
   fail_on_drift: bool = False
+  max_cost_increase: Optional[float] = None   # a fraction: changed captures whose cost grows more than this fail
 
   @staticmethod
   def from_row(replay: dict, outcomes: list[dict], capture_runs: Optional[list] = None) -> "Summary":
@@ -51,7 +52,7 @@ class Summary:
     except ValueError: policy = {}
     if not isinstance(policy, dict): policy = {}
     return Summary(replay, outcomes, bool(policy.get("expect_no_change")), bool(policy.get("allow_incompatible")), list(capture_runs or []),
-                   bool(policy.get("fail_on_drift")))
+                   bool(policy.get("fail_on_drift")), _fraction(policy.get("max_cost_increase")))
 
   def capture_problem(self) -> Optional[str]:
     """How a captured command failed, if one did: the captures then describe only part of the program."""
@@ -103,6 +104,9 @@ class Summary:
     if t["mismatch"]: return EXIT_MISMATCH, f"FAIL: {t['mismatch']} of {n} captures produce different outputs"
     if (t["error"] or t["incompatible"]) and not self.allow_incompatible:
       return EXIT_HARNESS, f"FAIL: {t['error']} replay errors and {t['incompatible']} incompatible captures of {n}"
+    if self.max_cost_increase is not None and (over := [g for _, g in self.slower() if g > self.max_cost_increase]):
+      return EXIT_CHANGED, (f"FAIL: {len(over)} of {n} captures cost more than --max-cost-increase {self.max_cost_increase * 100:g}% allows "
+                            f"(up to {_pct(max(over))})")
     if self.fail_on_drift and (d := self.drift()):
       return EXIT_MISMATCH, f"FAIL: {d['captures']} of {n} captures drift within tolerance (at most {d['max_ulp']} ulp), and --fail-on-drift was given"
     if t["changed"] and self.expect_no_change: return EXIT_CHANGED, f"FAIL: {t['changed']} captures changed kernels, and no change was promised"
@@ -120,11 +124,30 @@ class Summary:
             "max_rel_err": max(float(m.get("drift_max_rel_err", 0.0) or 0.0) for _, m in drifting),
             "examples": [f"capture {o['capture_id']} @ {clean(o['location'])}" for o, _ in drifting[:3]]}
 
+  def slower(self) -> list[tuple[dict, float]]:
+    """Changed captures whose static cost (kernels) or kernel count (schedules) grew, with the growth as a fraction."""
+    out = []
+    for o in self.outcomes:
+      grew = _metrics(o.get("metrics")).get("slower")
+      if o["status"] == "changed" and isinstance(grew, (int, float)) and grew > 0: out.append((o, float(grew)))
+    return out
+
+  def slower_line(self) -> Optional[str]:
+    slower = self.slower()
+    if not slower: return None
+    worst = max(slower, key=lambda item: item[1])
+    return (f"slower: {len(slower)} changed captures cost more than the base's (static cost of kernels, number of kernels of schedules); "
+            f"the most: {_pct(worst[1])} at capture {worst[0]['capture_id']} @ {clean(worst[0]['location'])}")
+
   def drift_line(self) -> Optional[str]:
     d = self.drift()
     if d is None: return None
     return (f"drift: {d['captures']} captures ({d['elements']} elements) give other bits within tolerance, at most {d['max_ulp']} ulp "
             f"(max rel err {d['max_rel_err']:.3g}); e.g. {'; '.join(d['examples'])}")
+
+  def summary_lines(self) -> list[str]:
+    """Everything reported about the replay as a whole: notes, slower kernels, drift."""
+    return self.notes() + [line for line in (self.slower_line(), self.drift_line()) if line]
 
   def notes(self) -> list[str]:
     """What the replay found about the whole run rather than one capture (flag defaults, end-to-end reruns)."""
@@ -142,8 +165,21 @@ def _title(s: Summary) -> str:
   return clean(f"replay {r['id']}: captures of run {r.get('capture_run_id')} against {base}")
 
 
+def _pct(fraction: float) -> str: return "+inf%" if fraction == float("inf") else f"+{fraction * 100:.0f}%"
+
+
+def _fraction(value) -> Optional[float]:
+  return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _status(o: dict) -> str:
+  """The status as reports show it: a changed capture that costs more says so."""
+  grew = _metrics(o.get("metrics")).get("slower") if o["status"] == "changed" else None
+  return f"{o['status']} (slower {_pct(grew)})" if isinstance(grew, (int, float)) and grew > 0 else o["status"]
+
+
 def _heading(o: dict) -> str:
-  return clean(f"capture {o['capture_id']} [{o['kind']}] {o['status']}: {o['name']} @ {o['location']}")
+  return clean(f"capture {o['capture_id']} [{o['kind']}] {_status(o)}: {o['name']} @ {o['location']}")
 
 
 def _table_rows(s: Summary) -> list[list]:
@@ -165,7 +201,7 @@ def _detail(o: dict) -> str:
 
 def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
   out = [_title(s), tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="simple")]
-  out += [f"note: {n}" for n in s.notes()] + ([line] if (line := s.drift_line()) else [])
+  out += [f"note: {n}" for n in s.summary_lines()]
   shown = s.interesting()[:max_diffs]
   for o in shown:
     out.append(f"\n--- {_heading(o)}")
@@ -179,9 +215,9 @@ def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
 def render_markdown(s: Summary, max_diffs: int = 10) -> str:
   rows = [[esc(cell) if isinstance(cell, str) else cell for cell in row] for row in _table_rows(s)]
   out = [f"### {esc(_title(s))}", "", tabulate(rows, headers=["kind", "total", *STATUSES], tablefmt="github"), ""]
-  if s.notes() or s.drift(): out += [f"- {esc(n)}" for n in s.notes() + ([s.drift_line()] if s.drift() else [])] + [""]
+  if s.summary_lines(): out += [f"- {esc(n)}" for n in s.summary_lines()] + [""]
   for o in s.interesting()[:max_diffs]:
-    out += [f"<details><summary>capture {esc(o['capture_id'])} [{esc(o['kind'])}] <b>{esc(o['status'])}</b>: {esc(o['name'])} @ "
+    out += [f"<details><summary>capture {esc(o['capture_id'])} [{esc(o['kind'])}] <b>{esc(_status(o))}</b>: {esc(o['name'])} @ "
             f"<code>{esc(o['location'])}</code></summary>", "", *_fenced(_detail(o), "diff"), "</details>", ""]
   out.append(f"**{s.verdict()[1]}**")
   return "\n".join(out)
@@ -200,7 +236,7 @@ def render_json(s: Summary) -> str:
   doc = {"schema": "replay-report/1", "replay": {k: s.replay.get(k) for k in ("id", "capture_run_id", "base_ref", "base_commit", "head_commit",
                                                                                   "started", "finished", "jobs")},
          "counts": s.counts, "totals": s.totals(), "exit_code": code, "verdict": verdict, "notes": s.notes(),
-         "drift": s.drift(),
+         "drift": s.drift(), "slower": [{"capture_id": o["capture_id"], "growth": g} for o, g in s.slower()],
          "outcomes": [{"capture_id": o["capture_id"], "kind": o["kind"], "name": o["name"], "location": o["location"], "status": o["status"],
                        "reason": o.get("reason") or "", "diff": o.get("diff") or "", "metrics": _metrics(o.get("metrics")),
                        "seconds": o.get("seconds") or 0.0} for o in s.outcomes]}
@@ -209,10 +245,9 @@ def render_json(s: Summary) -> str:
 
 def render_junit(s: Summary) -> str:
   suites = ET.Element("testsuites", name="replay")
-  if s.notes() or s.drift():
+  if s.summary_lines():
     props = ET.SubElement(ET.SubElement(suites, "testsuite", name="replay.notes", tests="0", failures="0", errors="0"), "properties")
-    for n in s.notes(): ET.SubElement(props, "property", name="note", value=n)
-    if s.drift(): ET.SubElement(props, "property", name="drift", value=s.drift_line())
+    for n in s.summary_lines(): ET.SubElement(props, "property", name="note", value=n)
   for kind in _kinds(s):
     group = [o for o in s.outcomes if o["kind"] == kind]
     kind = clean(kind)
@@ -247,10 +282,9 @@ def render_html(s: Summary) -> str:
   sections = []
   for o in s.interesting():
     body = _side_by_side(_detail(o)) if o.get("diff") and o["status"] == "changed" else f"<pre>{esc(_detail(o))}</pre>"
-    sections.append(f"<h3>capture {esc(o['capture_id'])} [{esc(o['kind'])}] {esc(o['status'])}: {esc(o['name'])} "
+    sections.append(f"<h3>capture {esc(o['capture_id'])} [{esc(o['kind'])}] {esc(_status(o))}: {esc(o['name'])} "
                     f"<small>{esc(o['location'])}</small></h3>{body}")
-  lines = s.notes() + ([s.drift_line()] if s.drift() else [])
-  notes = f"<ul>{''.join(f'<li>{esc(n)}</li>' for n in lines)}</ul>" if lines else ""
+  notes = f"<ul>{''.join(f'<li>{esc(n)}</li>' for n in s.summary_lines())}</ul>" if s.summary_lines() else ""
   style = ("body{font-family:sans-serif} table.diff{font-family:monospace;font-size:12px} .diff_add{background:#cfc} .diff_chg{background:#ffa}"
            " .diff_sub{background:#fcc} td,th{padding:2px 8px}")
   return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(_title(s))}</title><style>{style}</style></head><body>"

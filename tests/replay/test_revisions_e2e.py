@@ -164,3 +164,21 @@ def test_outputs_that_drift_within_tolerance_are_reported_and_fail_only_on_reque
   for fmt in ("markdown", "html", "junit"): assert "drift" in cli("report", "--format", fmt, db=db, cwd=repo).stdout
   proc = cli("diff", "--base", "main", "--fail-on-drift", db=db, cwd=repo)
   assert proc.returncode == 3 and "--fail-on-drift" in proc.stdout, proc.stdout
+
+
+def test_kernels_that_keep_values_but_cost_more_are_flagged_slower(repo, tmp_path):
+  # index math is no longer simplified: the same values, more arithmetic per element
+  commit_on_a(repo, "no-index-simplify", lambda r: edit(r, "scheduler/codegen/lowerer.py",
+              "return self.index_expr(idx.simplify()), self.index_expr(valid.simplify())", "return self.index_expr(idx), self.index_expr(valid)"))
+  db = tmp_path / "r.db"
+  capture_workloads(db, *WORKLOADS, cwd=repo)
+  proc = cli("diff", "--base", "main", db=db, cwd=repo)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  st = statuses(proc.stdout)
+  assert st["kernel"]["changed"] >= 1 and st["exec"]["mismatch"] == 0
+  assert re.search(r"\[kernel\] changed \(slower \+\d+%\)", proc.stdout) and "slower: static cost" in proc.stdout, proc.stdout
+  assert re.search(r"slower: \d+ changed captures cost more than the base's", proc.stdout)
+  doc = json.loads(cli("report", "--format", "json", db=db, cwd=repo).stdout)
+  assert doc["slower"] and all(item["growth"] > 0 for item in doc["slower"])
+  proc = cli("diff", "--base", "main", "--max-cost-increase", "5", db=db, cwd=repo)
+  assert proc.returncode == 1 and "--max-cost-increase 5%" in proc.stdout, proc.stdout
