@@ -6,7 +6,7 @@ floats, NaN and inf equal to themselves). Works on UOps of any revision: it read
 dtypes, args and sources.
 """
 from __future__ import annotations
-import difflib, json
+import difflib, hashlib, json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 import numpy as np
@@ -35,31 +35,88 @@ def _arg_text(u) -> str:
   return repr(arg)
 
 
+def _labels(ast) -> dict:
+  """A short label per node, derived from the node's content (op, dtype, arg and its sources' labels): the same
+  subtree gets the same label in the base's AST and the captured one, so back-references stay put in a diff."""
+  labels: dict = {}
+  for u in ast.toposort:
+    text = f"{u.op.name}|{u.dtype!r}|{_arg_text(u)}|" + ",".join(labels[s] for s in u.src)
+    labels[u] = hashlib.sha1(text.encode()).hexdigest()[:6]
+  return labels
+
+
 def ast_text(ast) -> str:
-  """Indented, deterministic text of an AST; a subtree seen before prints as a reference to its first line."""
+  """Indented, deterministic text of an AST. A node used more than once is printed once with its label (`#a1b2c3`)
+  and referenced by it later (`^a1b2c3 LOAD`); labels come from content, so an unchanged subtree reads the same."""
+  labels = _labels(ast)
+  uses: dict = {}
+  for u in ast.toposort:
+    for s in u.src: uses[s] = uses.get(s, 0) + 1
   lines: list[str] = []
-  seen: dict[Any, int] = {}
+  printed: set = set()
 
   def walk(u, depth: int):
-    if u in seen:
-      lines.append("  " * depth + f"^{seen[u]}")
+    if u in printed:
+      lines.append("  " * depth + f"^{labels[u]} {u.op.name}")
       return
-    seen[u] = len(lines)
+    printed.add(u)
     arg = _arg_text(u)
-    lines.append("  " * depth + f"{u.op.name} {u.dtype!r}" + (f" {arg}" if arg else ""))
+    lines.append("  " * depth + f"{u.op.name} {u.dtype!r}" + (f" {arg}" if arg else "") + (f"  #{labels[u]}" if uses.get(u, 0) > 1 else ""))
     for s in u.src: walk(s, depth + 1)
   walk(ast, 0)
   return "\n".join(lines)
 
 
+def kernel_label(ast) -> str:
+  """The kernel's name (`r_16_32`) when the compiler on the path can name it, else its top op."""
+  try:
+    from scheduler.codegen.naming import kernel_name
+    return kernel_name(ast)
+  except Exception: return getattr(getattr(ast, "op", None), "name", "?")
+
+
 def schedule_text(asts: list) -> str:
-  return "\n".join(f"=== kernel {i} ===\n{ast_text(a)}" for i, a in enumerate(asts))
+  return "\n".join(f"=== kernel {i} ({kernel_label(a)}) ===\n{ast_text(a)}" for i, a in enumerate(asts))
 
 
 def unified(base: str, captured: str, base_name: str = "base", captured_name: str = "captured") -> str:
   lines = list(difflib.unified_diff(base.splitlines(), captured.splitlines(), base_name, captured_name, lineterm="", n=3))
   if len(lines) > MAX_DIFF_LINES: lines = lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines"]
   return "\n".join(lines)
+
+
+def _span(first: int, end: int) -> str: return f"kernel {first}" if end - first == 1 else f"kernels {first}-{end - 1}"
+
+
+def _names(asts: list, first: int, end: int) -> str: return ", ".join(kernel_label(a) for a in asts[first:end])
+
+
+def kernel_changes(base: list, captured: list) -> tuple[list[str], list[str]]:
+  """Kernels of the base's schedule matched with the captured one's (equal structure first, then position):
+  (one summary line per change, a diff of only the kernels that changed). Indices count from 0; a base index is
+  said so, a plain index is the captured schedule's."""
+  base_texts, cap_texts = [ast_text(a) for a in base], [ast_text(a) for a in captured]
+  summary, diffs = [], []
+  for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, base_texts, cap_texts, autojunk=False).get_opcodes():
+    if tag == "equal": continue
+    if tag == "delete":
+      summary.append(f"{_span(i1, i2)} of the base ({_names(base, i1, i2)}) removed")
+      diffs.append(unified("\n".join(base_texts[i1:i2]), "", f"base {_span(i1, i2)}", "captured (none)"))
+    elif tag == "insert":
+      summary.append(f"{_span(j1, j2)} ({_names(captured, j1, j2)}) added")
+      diffs.append(unified("", "\n".join(cap_texts[j1:j2]), "base (none)", f"captured {_span(j1, j2)}"))
+    elif i2 - i1 == j2 - j1:
+      for i, j in zip(range(i1, i2), range(j1, j2)):
+        moved = "" if i == j else f" (kernel {i} of the base)"
+        summary.append(f"kernel {j} ({kernel_label(captured[j])}) changed{moved}")
+        diffs.append(unified(base_texts[i], cap_texts[j], f"base kernel {i} ({kernel_label(base[i])})", f"captured kernel {j} ({kernel_label(captured[j])})"))
+    else:
+      if j2 - j1 == 1: what = f"{_span(i1, i2)} of the base ({_names(base, i1, i2)}) fused into kernel {j1} ({_names(captured, j1, j2)})"
+      elif i2 - i1 == 1: what = f"kernel {i1} of the base ({_names(base, i1, i2)}) split into {_span(j1, j2)} ({_names(captured, j1, j2)})"
+      else: what = f"{_span(i1, i2)} of the base ({_names(base, i1, i2)}) became {_span(j1, j2)} ({_names(captured, j1, j2)})"
+      summary.append(what)
+      diffs.append(unified("\n".join(base_texts[i1:i2]), "\n".join(cap_texts[j1:j2]), f"base {_span(i1, i2)}", f"captured {_span(j1, j2)}"))
+  return summary, diffs
 
 
 def compare_schedule(captured: dict, replayed: dict) -> Comparison:
@@ -70,8 +127,10 @@ def compare_schedule(captured: dict, replayed: dict) -> Comparison:
   metrics = {"kernels_captured": len(cap_keys), "kernels_base": len(rep_keys)}
   if cap_keys == rep_keys and cap_vars == rep_vars: return Comparison("same", metrics=metrics)
   if len(cap_keys) > len(rep_keys) and rep_keys: metrics["slower"] = (len(cap_keys) - len(rep_keys)) / len(rep_keys)   # more kernels to run
-  diff = unified(schedule_text(replayed["asts"]) + f"\nvars {rep_vars}", schedule_text(captured["asts"]) + f"\nvars {cap_vars}")
-  return Comparison("changed", diff, metrics)
+  summary, diffs = kernel_changes(replayed["asts"], captured["asts"])
+  head = [f"schedule: {len(rep_keys)} kernels in the base, {len(cap_keys)} captured"] + summary
+  if cap_vars != rep_vars: head.append(f"variables: base {rep_vars}, captured {cap_vars}")
+  return Comparison("changed", "\n".join(head + [""] + diffs), metrics)
 
 
 def _options_text(options: dict) -> str:
