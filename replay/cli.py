@@ -236,13 +236,34 @@ def list_(runs, kinds, names, location, ids, limit):
   if limit and len(caps) > limit: click.echo(f"... {len(caps) - limit} more (--limit 0 shows all)")
 
 
+def view_options(f):
+  f = click.option("--status", "statuses", type=click.Choice(rpt.STATUSES), multiple=True, help="Only outcomes with this status (repeatable).")(f)
+  f = click.option("--kind", "view_kinds", type=click.Choice(rpt.KINDS), multiple=True, help="Only captures of this kind (repeatable).")(f)
+  f = click.option("--location", "view_location", default=None, help="Only captures whose location contains this text.")(f)
+  return f
+
+
+def _stored_summary(store: Store, replay_id: Optional[int], statuses=(), kinds=(), location=None, show_all=False) -> rpt.Summary:
+  row = store.replay(replay_id)
+  if row is None: raise UsageMistake("no replay found" + (f" with id {replay_id}" if replay_id else "; run `replay run` or `replay diff` first"))
+  summary = rpt.Summary.from_row(row, store.outcomes(row["id"]), _capture_runs(store, [{"run_id": row["capture_run_id"]}] if row.get("capture_run_id") else []))
+  summary.view, summary.show_all = {"statuses": list(statuses), "kinds": list(kinds), "location": location}, show_all
+  return summary
+
+
 @cli.command()
-@click.argument("capture_id", type=int)
-def show(capture_id):
-  """Show one capture: its AST or source, flags, location, and the last outcome's diff."""
+@click.argument("capture_id", type=int, required=False)
+@click.option("--replay", "replay_id", type=int, default=None, help="Without CAPTURE_ID: the replay to show (default: the latest).")
+@view_options
+def show(capture_id, replay_id, statuses, view_kinds, view_location):
+  """Show one capture (its AST or source, flags, location, the last outcome's diff), or without CAPTURE_ID every
+  difference of a replay in full, most severe first, selected with --status/--kind/--location."""
   from replay import serialize
   from replay.compare import ast_text, schedule_text
   store = _store()
+  if capture_id is None:
+    click.echo(rpt.render(_stored_summary(store, replay_id, statuses, view_kinds, view_location, show_all=True), "text"))
+    return
   cap = store.capture(capture_id)
   if cap is None: raise UsageMistake(f"no capture with id {capture_id} in {store.path}")
   click.echo(f"capture {cap['id']} [{cap['kind']}] {cap['name']}\nrun {cap['run_id']}  location {cap['location']}\nkey {cap['key']}")
@@ -267,13 +288,14 @@ def show(capture_id):
 @click.option("--replay", "replay_id", type=int, default=None, help="Replay id (default: the latest).")
 @click.option("--format", "fmt", type=click.Choice(rpt.FORMATS), default="text", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Write to this file instead of stdout.")
-def report(replay_id, fmt, output):
-  """Render a stored replay as text, markdown, json, junit or html."""
+@click.option("--all", "show_all", is_flag=True, help="Show every group of differences, each in full (no truncation).")
+@view_options
+def report(replay_id, fmt, output, show_all, statuses, view_kinds, view_location):
+  """Render a stored replay as text, markdown, json, junit or html; differences most severe first, identical ones
+  grouped. The verdict (and the exit code) is the replay's, whatever the filters show."""
   store = _store()
-  row = store.replay(replay_id)
-  if row is None: raise UsageMistake("no replay found" + (f" with id {replay_id}" if replay_id else "; run `replay run` or `replay diff` first"))
-  outcomes = store.outcomes(row["id"])
-  summary = rpt.Summary.from_row(row, outcomes, _capture_runs(store, [{"run_id": row["capture_run_id"]}] if row.get("capture_run_id") else []))
+  summary = _stored_summary(store, replay_id, statuses, view_kinds, view_location, show_all)
+  row = summary.replay
   text = rpt.render(summary, fmt)
   if output: pathlib.Path(output).write_text(text); click.echo(f"wrote {fmt} report of replay {row['id']} to {output}")
   else: click.echo(text)

@@ -4,12 +4,14 @@ All output of the command line about outcomes goes through here.
 """
 from __future__ import annotations
 import difflib, html, json, re
+from collections import Counter
 from typing import Optional
 from dataclasses import dataclass, field
 from xml.etree import ElementTree as ET
 from tabulate import tabulate
 
 STATUSES = ("same", "changed", "mismatch", "error", "incompatible", "nondeterministic")
+_SEVERITY_ORDER = ("mismatch", "error", "incompatible", "changed", "nondeterministic", "same")
 KINDS = ("schedule", "kernel", "exec")
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE, EXIT_MISMATCH, EXIT_HARNESS = 0, 1, 2, 3, 4
 FORMATS = ("text", "markdown", "json", "junit", "html")
@@ -44,6 +46,9 @@ class Summary:
   capture_runs: list = field(default_factory=list)   # the runs the replayed captures come from
   fail_on_drift: bool = False
   max_cost_increase: Optional[float] = None   # a fraction: changed captures whose cost grows more than this fail
+  # what the reader asked to see (the verdict always covers every outcome): statuses, kinds, a location substring
+  view: dict = field(default_factory=dict)
+  show_all: bool = False
 
   @staticmethod
   def from_row(replay: dict, outcomes: list[dict], capture_runs: Optional[list] = None) -> "Summary":
@@ -158,6 +163,33 @@ class Summary:
   def interesting(self) -> list[dict]:
     return [o for o in self.outcomes if o["status"] != "same"]
 
+  def shown(self) -> list[dict]:
+    """The outcomes the report details: the interesting ones, or those the view's filters select."""
+    statuses, kinds, where = self.view.get("statuses"), self.view.get("kinds"), self.view.get("location")
+    pool = self.outcomes if statuses else self.interesting()
+    return [o for o in pool if (not statuses or o["status"] in statuses) and (not kinds or o["kind"] in kinds)
+            and (not where or where in str(o["location"]))]
+
+  def groups(self) -> list[list[dict]]:
+    """Shown outcomes with identical details grouped, most severe first (mismatch, error, incompatible, changed,
+    nondeterministic, same), larger groups first within a status."""
+    by_detail: dict[tuple, list[dict]] = {}
+    for o in self.shown(): by_detail.setdefault((o["status"], o["kind"], _detail(o)), []).append(o)
+    return sorted(by_detail.values(), key=lambda g: (_SEVERITY_ORDER.index(g[0]["status"]), -len(g), g[0]["capture_id"]))
+
+  def hotspots(self, limit: int = 5) -> list[str]:
+    """Where the differences are: the locations, and the kernels by name, with the most non-same outcomes."""
+    lines = []
+    by_location = Counter(str(o["location"]) for o in self.shown() if o["status"] != "same")
+    if len(by_location) > 1:
+      lines.append("by location: " + "; ".join(f"{clean(loc)} ({n})" for loc, n in by_location.most_common(limit))
+                   + (f"; and {len(by_location) - limit} more" if len(by_location) > limit else ""))
+    by_kernel = Counter(str(o["name"]) for o in self.shown() if o["kind"] == "kernel" and o["status"] != "same")
+    if len(by_kernel) > 1:
+      lines.append("by kernel: " + "; ".join(f"{clean(name)} ({n})" for name, n in by_kernel.most_common(limit))
+                   + (f"; and {len(by_kernel) - limit} more" if len(by_kernel) > limit else ""))
+    return lines
+
 
 def _title(s: Summary) -> str:
   r = s.replay
@@ -199,15 +231,33 @@ def _detail(o: dict) -> str:
   return clean(o.get("diff") or o.get("reason") or "")
 
 
+def _group_heading(group: list[dict]) -> str:
+  first = group[0]
+  if len(group) == 1: return _heading(first)
+  ids = ", ".join(str(o["capture_id"]) for o in group[:8]) + (f", ... ({len(group) - 8} more)" if len(group) > 8 else "")
+  locations = sorted({str(o["location"]) for o in group})
+  where = "; ".join(locations[:3]) + (f"; and {len(locations) - 3} more locations" if len(locations) > 3 else "")
+  return clean(f"{len(group)} captures [{first['kind']}] {_status(first)} with the same difference: {first['name']} @ {where} (captures {ids})")
+
+
+def _more(s: Summary, shown_groups: int) -> Optional[str]:
+  groups = s.groups()
+  if len(groups) <= shown_groups: return None
+  rest = groups[shown_groups:]
+  return (f"... {len(rest)} more groups of differences ({sum(len(g) for g in rest)} captures) are not shown; "
+          f"`replay report --all` shows every one (--status, --kind, --location select)")
+
+
 def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
   out = [_title(s), tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="simple")]
-  out += [f"note: {n}" for n in s.summary_lines()]
-  shown = s.interesting()[:max_diffs]
-  for o in shown:
-    out.append(f"\n--- {_heading(o)}")
-    lines = _detail(o).splitlines()
-    out.extend(lines[:max_lines] + ([f"... ({len(lines) - max_lines} more lines; replay show {o['capture_id']})"] if len(lines) > max_lines else []))
-  if len(s.interesting()) > len(shown): out.append(f"\n... and {len(s.interesting()) - len(shown)} more; see replay report")
+  out += [f"note: {n}" for n in s.summary_lines()] + s.hotspots()
+  groups = s.groups() if s.show_all else s.groups()[:max_diffs]
+  for group in groups:
+    out.append(f"\n--- {_group_heading(group)}")
+    lines = _detail(group[0]).splitlines()
+    if s.show_all or len(lines) <= max_lines: out.extend(lines)
+    else: out.extend(lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines; `replay show {group[0]['capture_id']}` shows all)"])
+  if (more := _more(s, len(groups))): out.append("\n" + more)
   out.append("\n" + s.verdict()[1])
   return "\n".join(out)
 
@@ -215,10 +265,12 @@ def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
 def render_markdown(s: Summary, max_diffs: int = 10) -> str:
   rows = [[esc(cell) if isinstance(cell, str) else cell for cell in row] for row in _table_rows(s)]
   out = [f"### {esc(_title(s))}", "", tabulate(rows, headers=["kind", "total", *STATUSES], tablefmt="github"), ""]
-  if s.summary_lines(): out += [f"- {esc(n)}" for n in s.summary_lines()] + [""]
-  for o in s.interesting()[:max_diffs]:
-    out += [f"<details><summary>capture {esc(o['capture_id'])} [{esc(o['kind'])}] <b>{esc(_status(o))}</b>: {esc(o['name'])} @ "
-            f"<code>{esc(o['location'])}</code></summary>", "", *_fenced(_detail(o), "diff"), "</details>", ""]
+  if s.summary_lines() or s.hotspots(): out += [f"- {esc(n)}" for n in s.summary_lines() + s.hotspots()] + [""]
+  groups = s.groups() if s.show_all else s.groups()[:max_diffs]
+  for group in groups:
+    out += [f"<details><summary><b>{esc(_status(group[0]))}</b> {esc(_group_heading(group))}</summary>", "",
+            *_fenced(_detail(group[0]), "diff"), "</details>", ""]
+  if (more := _more(s, len(groups))): out += [esc(more), ""]
   out.append(f"**{s.verdict()[1]}**")
   return "\n".join(out)
 
@@ -266,30 +318,80 @@ def render_junit(s: Summary) -> str:
   return ET.tostring(suites, encoding="unicode")
 
 
-def _side_by_side(diff_text: str) -> str:
-  """A unified diff as a two-column table: base on the left, captured on the right."""
-  left, right = [], []
-  for line in diff_text.splitlines():
-    if line.startswith(("---", "+++", "@@")): continue
+def _diff_sections(diff_text: str) -> list[tuple[str, list[str]]]:
+  """A detail split at each file header of its unified diffs (`--- base kernel 3`): (title, lines); text before the
+  first header (the summary of what changed) is its own section with an empty title."""
+  sections: list[tuple[str, list[str]]] = [("", [])]
+  lines = diff_text.splitlines()
+  i = 0
+  while i < len(lines):
+    line = lines[i]
+    if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+      sections.append((f"{line[4:]} / {lines[i + 1][4:]}", []))
+      i += 2
+      continue
+    sections[-1][1].append(line)
+    i += 1
+  return [(title, body) for title, body in sections if title or any(b.strip() for b in body)]
+
+
+def _side_by_side(lines: list[str]) -> str:
+  """Unified diff lines as a two-column table with line numbers: base on the left, captured on the right; each
+  hunk is its own table, so separate hunks never run together."""
+  tables, left, right = [], [], []
+  def flush():
+    if left or right: tables.append(difflib.HtmlDiff(wrapcolumn=100).make_table(left, right, "base (-)", "captured (+)"))
+    left.clear(); right.clear()
+  for line in lines:
+    if line.startswith("@@"): flush(); continue
     if line.startswith("-"): left.append(line[1:])
     elif line.startswith("+"): right.append(line[1:])
-    else: left.append(line[1:] if line.startswith(" ") else line); right.append(line[1:] if line.startswith(" ") else line)
-  return difflib.HtmlDiff(wrapcolumn=100).make_table(left, right, "base (-)", "captured (+)")
+    else:
+      text = line[1:] if line.startswith(" ") else line
+      left.append(text); right.append(text)
+  flush()
+  return "".join(tables)
+
+
+def _detail_html(o: dict) -> str:
+  detail = _detail(o)
+  if o["status"] != "changed" or not o.get("diff"):
+    # mismatches list elements as `-  [i] base` / `+  [i] captured` lines: color them like a diff
+    rows = []
+    for line in detail.splitlines():
+      cls = "minus" if line.startswith("-") else "plus" if line.startswith("+") else "head" if line.startswith("output ") else ""
+      rows.append(f"<span class='{cls}'>{esc(line)}</span>" if cls else esc(line))
+    return f"<pre class='detail {esc(o['status'])}'>" + "\n".join(rows) + "</pre>"
+  out = []
+  for title, body in _diff_sections(detail):
+    if not title: out.append(f"<pre class='summary'>{esc(chr(10).join(body))}</pre>")
+    else: out.append(f"<h4>{esc(title)}</h4>{_side_by_side(body)}")
+  return "".join(out)
 
 
 def render_html(s: Summary) -> str:
   rows = "".join(f"<tr><td>{esc(k)}</td>" + "".join(f"<td>{esc(v)}</td>" for v in vals) + "</tr>" for k, *vals in _table_rows(s))
-  sections = []
-  for o in s.interesting():
-    body = _side_by_side(_detail(o)) if o.get("diff") and o["status"] == "changed" else f"<pre>{esc(_detail(o))}</pre>"
-    sections.append(f"<h3>capture {esc(o['capture_id'])} [{esc(o['kind'])}] {esc(_status(o))}: {esc(o['name'])} "
-                    f"<small>{esc(o['location'])}</small></h3>{body}")
-  notes = f"<ul>{''.join(f'<li>{esc(n)}</li>' for n in s.summary_lines())}</ul>" if s.summary_lines() else ""
-  style = ("body{font-family:sans-serif} table.diff{font-family:monospace;font-size:12px} .diff_add{background:#cfc} .diff_chg{background:#ffa}"
-           " .diff_sub{background:#fcc} td,th{padding:2px 8px}")
+  code, verdict = s.verdict()
+  groups = s.groups()
+  toc, sections = [], []
+  for n, group in enumerate(groups):
+    first = group[0]
+    anchor = f"g{n}"
+    toc.append(f"<li class='{esc(first['status'])}'><a href='#{anchor}'>{esc(_status(first))}</a> [{esc(first['kind'])}] {esc(first['name'])}"
+               + (f" &times;{len(group)}" if len(group) > 1 else "") + f" <small>{esc(first['location'])}</small></li>")
+    sections.append(f"<section id='{anchor}' class='{esc(first['status'])}'><h3>{esc(_group_heading(group))}</h3>{_detail_html(first)}</section>")
+  notes = "".join(f"<li>{esc(n)}</li>" for n in s.summary_lines() + s.hotspots())
+  style = ("body{font-family:sans-serif;margin:1em 2em} table.diff{font-family:monospace;font-size:12px;margin-bottom:.5em} .diff_add{background:#cfc}"
+           " .diff_chg{background:#ffa} .diff_sub{background:#fcc} td,th{padding:2px 8px} .verdict{padding:.5em 1em;font-weight:bold;border-radius:4px}"
+           " .verdict.ok{background:#dfd;color:#060} .verdict.fail{background:#fdd;color:#900} pre.detail{background:#f6f6f6;padding:.5em}"
+           " .minus{color:#a00} .plus{color:#070} .head{font-weight:bold} li.mismatch a,li.error a{color:#a00;font-weight:bold}"
+           " section{border-top:1px solid #ccc;margin-top:1em} pre.summary{background:#eef;padding:.5em}")
+  verdict_class = "ok" if code == EXIT_OK else "fail"
   return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(_title(s))}</title><style>{style}</style></head><body>"
-          f"<h1>{esc(_title(s))}</h1><table border=1><tr><th>kind</th><th>total</th>{''.join(f'<th>{x}</th>' for x in STATUSES)}</tr>{rows}</table>"
-          f"{notes}<p><b>{html.escape(s.verdict()[1])}</b></p>{''.join(sections)}</body></html>")
+          f"<h1>{esc(_title(s))}</h1><p class='verdict {verdict_class}' id='verdict'>{html.escape(verdict)}</p>"
+          f"<table border=1><tr><th>kind</th><th>total</th>{''.join(f'<th>{x}</th>' for x in STATUSES)}</tr>{rows}</table>"
+          + (f"<ul class='notes'>{notes}</ul>" if notes else "")
+          + (f"<h2>Contents</h2><ol class='toc'>{''.join(toc)}</ol>" if toc else "") + "".join(sections) + "</body></html>")
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json, "junit": render_junit, "html": render_html}
