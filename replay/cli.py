@@ -1,11 +1,11 @@
 """The `replay` command line (also `python -m replay`): capture, run, diff, list, show, report, reset, gate.
 
 A thin click layer: selection, revisions, the runner and the reports do the work. Exit codes: 0 ok,
-1 kernels changed where no change was promised, 2 usage error, 3 outputs mismatch, 4 replay errors,
+1 kernels changed although the change promised none, 2 usage error, 3 outputs mismatch, 4 replay errors,
 incompatible captures, or the harness itself failed.
 """
 from __future__ import annotations
-import json, os, pathlib, signal, subprocess, sys, time
+import json, os, pathlib, shutil, signal, subprocess, sys, time
 from typing import Optional
 import click
 from tabulate import tabulate
@@ -182,11 +182,20 @@ def _capture_runs(store: Store, captures: list[dict]) -> list[dict]:
   return [run for run_id in sorted({c["run_id"] for c in captures}) if (run := store.run(run_id)) is not None]
 
 
+def echo_report(text: str, fmt: str, page: bool = False) -> None:
+  """A report on stdout: on a terminal (and without NO_COLOR) a text report is colored, and with `page` a report
+  longer than the screen goes through the pager."""
+  terminal = sys.stdout.isatty()
+  if fmt == "text" and terminal and not os.environ.get("NO_COLOR"): text = rpt.colorize(text)
+  if page and terminal and text.count("\n") > shutil.get_terminal_size().lines: click.echo_via_pager(text)
+  else: click.echo(text)
+
+
 def finish(store: Store, summary: rpt.Summary, fmt: str, output: Optional[str]) -> int:
   code, verdict = summary.verdict()
   store.finish_replay(summary.replay["id"], verdict, code)
   text = rpt.render(summary, fmt)
-  click.echo(text)
+  echo_report(text, fmt)
   if output: pathlib.Path(output).write_text(text)
   return code
 
@@ -262,7 +271,7 @@ def show(capture_id, replay_id, statuses, view_kinds, view_location):
   from replay.compare import ast_text, schedule_text
   store = _store()
   if capture_id is None:
-    click.echo(rpt.render(_stored_summary(store, replay_id, statuses, view_kinds, view_location, show_all=True), "text"))
+    echo_report(rpt.render(_stored_summary(store, replay_id, statuses, view_kinds, view_location, show_all=True), "text"), "text", page=True)
     return
   cap = store.capture(capture_id)
   if cap is None: raise UsageMistake(f"no capture with id {capture_id} in {store.path}")
@@ -298,7 +307,7 @@ def report(replay_id, fmt, output, show_all, statuses, view_kinds, view_location
   row = summary.replay
   text = rpt.render(summary, fmt)
   if output: pathlib.Path(output).write_text(text); click.echo(f"wrote {fmt} report of replay {row['id']} to {output}")
-  else: click.echo(text)
+  else: echo_report(text, fmt, page=True)
   sys.exit(summary.verdict()[0])   # the stored replay's verdict, under the policy it ran with
 
 
@@ -343,7 +352,7 @@ def promised_no_change() -> tuple[bool, str]:
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, junit, html, rerun, fail_on_drift, max_cost_increase, cmd):
   """Capture (the bundled corpus, or CMD after --), replay on --base, and apply the CI policy: output mismatches fail
-  (3); kernel changes fail (1) only if no change was promised; errors and incompatible captures fail (4)."""
+  (3); kernel changes fail (1) only if the change promised none; errors and incompatible captures fail (4)."""
   from replay import revisions
   try: revisions.resolve(base, merge_base, cwd=str(revisions.repo_root()))
   except UnknownRevision as e: raise UsageMistake(str(e)) from None

@@ -114,7 +114,8 @@ class Summary:
                             f"(up to {_pct(max(over))})")
     if self.fail_on_drift and (d := self.drift()):
       return EXIT_MISMATCH, f"FAIL: {d['captures']} of {n} captures drift within tolerance (at most {d['max_ulp']} ulp), and --fail-on-drift was given"
-    if t["changed"] and self.expect_no_change: return EXIT_CHANGED, f"FAIL: {t['changed']} captures changed kernels, and no change was promised"
+    if t["changed"] and self.expect_no_change:
+      return EXIT_CHANGED, f"FAIL: {t['changed']} captures changed kernels, but this change promised no kernel change"
     if t["changed"]: return EXIT_OK, f"OK: {t['changed']} of {n} captures changed kernels; outputs are the same"
     extra = f" ({t['error'] + t['incompatible']} errors/incompatible allowed)" if t["error"] or t["incompatible"] else ""
     return EXIT_OK, f"OK: all {n} captures replay the same{extra}"
@@ -392,6 +393,25 @@ def render_html(s: Summary) -> str:
           f"<table border=1><tr><th>kind</th><th>total</th>{''.join(f'<th>{x}</th>' for x in STATUSES)}</tr>{rows}</table>"
           + (f"<ul class='notes'>{notes}</ul>" if notes else "")
           + (f"<h2>Contents</h2><ol class='toc'>{''.join(toc)}</ol>" if toc else "") + "".join(sections) + "</body></html>")
+
+
+_COLORS = {"red": "31", "green": "32", "yellow": "33", "cyan": "36", "bold": "1"}
+
+
+def colorize(text: str) -> str:
+  """Terminal colors for a text report: removed lines red, added green, hunk headers cyan, the verdict bold in green
+  (OK) or red (FAIL, INCOMPLETE). The CLI applies it only on a terminal and never with NO_COLOR set."""
+  def paint(line: str, color: str) -> str: return f"\x1b[{_COLORS[color]}m{line}\x1b[0m"
+  out = []
+  for line in text.splitlines():
+    if line.startswith(("OK:", "FAIL:", "INCOMPLETE:")): out.append(paint(paint(line, "green" if line.startswith("OK") else "red"), "bold"))
+    elif line.startswith("--- ") and not line.startswith("--- base"): out.append(paint(line, "bold"))
+    elif line.startswith("@@"): out.append(paint(line, "cyan"))
+    elif line.startswith("-") and not line.startswith("---"): out.append(paint(line, "red"))
+    elif line.startswith("+") and not line.startswith("+++"): out.append(paint(line, "green"))
+    elif line.startswith(("note:", "by location:", "by kernel:")): out.append(paint(line, "yellow"))
+    else: out.append(line)
+  return "\n".join(out)
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json, "junit": render_junit, "html": render_html}

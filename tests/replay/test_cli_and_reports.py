@@ -150,7 +150,7 @@ def test_an_interrupted_replay_is_incomplete_and_report_uses_the_stored_policy(t
   store.add_outcomes([{"replay_id": promised, "capture_id": caps[0]["id"], "status": "changed", "reason": "", "diff": "-a\n+b",
                        "metrics": "{}", "seconds": 0.0}])
   proc = cli("report", "--replay", str(promised), db=db)
-  assert proc.returncode == 1 and "no change was promised" in proc.stdout, proc.stdout
+  assert proc.returncode == 1 and "promised no kernel change" in proc.stdout, proc.stdout
 
 
 def test_a_crashed_capture_run_fails_the_verdict(tmp_path):
@@ -162,3 +162,35 @@ def test_a_crashed_capture_run_fails_the_verdict(tmp_path):
   proc = cli("run", db=db)
   assert proc.returncode == 4 and "exited with code 3" in proc.stdout, proc.stdout
   assert cli("report", db=db).returncode == 4
+
+
+def _on_a_terminal(args, db, extra_env=None) -> str:
+  """Run the CLI with stdout on a pseudo-terminal, as a user's shell would; returns what it printed."""
+  import os, pty, subprocess, sys
+  leader, follower = pty.openpty()
+  env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db), "PAGER": "cat", **(extra_env or {})}
+  env.pop("NO_COLOR", None) if "NO_COLOR" not in (extra_env or {}) else None
+  proc = subprocess.Popen([sys.executable, "-m", "replay", *args], cwd=REPO, env=env, stdout=follower, stderr=subprocess.DEVNULL)
+  os.close(follower)
+  chunks = []
+  while True:
+    try: data = os.read(leader, 65536)
+    except OSError: break
+    if not data: break
+    chunks.append(data)
+  proc.wait(timeout=120)
+  os.close(leader)
+  return b"".join(chunks).decode(errors="replace")
+
+
+def test_colors_on_a_terminal_only_and_never_with_no_color(captured):
+  assert cli("run", "--jobs", "2", db=captured).returncode == 0
+  assert "\x1b[" in _on_a_terminal(["report"], captured)
+  assert "\x1b[" not in _on_a_terminal(["report"], captured, {"NO_COLOR": "1"})
+  assert "\x1b[" not in cli("report", db=captured).stdout   # not a terminal
+
+
+def test_colorize_paints_diff_lines_and_the_verdict():
+  from replay.report import colorize
+  painted = colorize("--- capture 1\n@@ -1 +1 @@\n-a\n+b\n same\nOK: fine").splitlines()
+  assert painted[2].startswith("\x1b[31m") and painted[3].startswith("\x1b[32m") and painted[4] == " same" and "\x1b[1m" in painted[5]
