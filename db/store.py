@@ -277,6 +277,42 @@ class Store:
     rows = list(self.db.query("SELECT * FROM outcomes WHERE capture_id = ? ORDER BY id DESC LIMIT 1", [capture_id]))
     return rows[0] if rows else None
 
+  def runs(self) -> list[dict]:
+    """Every run with its capture counts by kind, newest first."""
+    rows = list(self.db.query("SELECT * FROM runs ORDER BY id DESC"))
+    counts: dict[int, dict[str, int]] = {}
+    for run_id, kind, n in self.conn.execute("SELECT run_id, kind, count(*) FROM captures GROUP BY run_id, kind"):
+      counts.setdefault(run_id, {})[kind] = n
+    return [{**r, "counts": counts.get(r["id"], {})} for r in rows]
+
+  def replays(self) -> list[dict]:
+    """Every replay with its number of outcomes, newest first."""
+    return list(self.db.query("SELECT r.*, (SELECT count(*) FROM outcomes o WHERE o.replay_id = r.id) AS outcomes FROM replays r ORDER BY id DESC"))
+
+  def delete_runs(self, run_ids: list[int]) -> dict[str, int]:
+    """Delete runs, their captures, the outcomes about those captures, replays left without outcomes, and blobs no
+    capture refers to any more; returns how many rows of each went."""
+    gone = {"runs": 0, "captures": 0, "outcomes": 0, "replays": 0, "blobs": 0}
+    if run_ids:
+      marks = ",".join("?" * len(run_ids))
+      with self.transaction():
+        ids = f"SELECT id FROM captures WHERE run_id IN ({marks})"
+        gone["outcomes"] = self.conn.execute(f"DELETE FROM outcomes WHERE capture_id IN ({ids})", run_ids).rowcount
+        gone["replays"] = self.conn.execute(f"DELETE FROM replays WHERE capture_run_id IN ({marks}) OR "
+                                            "id NOT IN (SELECT DISTINCT replay_id FROM outcomes)", run_ids).rowcount
+        gone["captures"] = self.conn.execute(f"DELETE FROM captures WHERE run_id IN ({marks})", run_ids).rowcount
+        gone["runs"] = self.conn.execute(f"DELETE FROM runs WHERE id IN ({marks})", run_ids).rowcount
+    gone["blobs"] = self.delete_unreferenced_blobs()
+    return gone
+
+  def delete_unreferenced_blobs(self) -> int:
+    with self.transaction():
+      n = self.conn.execute("DELETE FROM blobs WHERE sha256 NOT IN (SELECT input_sha FROM captures UNION SELECT output_sha FROM captures)").rowcount
+    self._known_blobs.clear()
+    return n
+
+  def vacuum(self) -> None: self.conn.execute("VACUUM")
+
   def reset(self) -> None:
     with self.transaction():
       for table in ("outcomes", "replays", "captures", "runs", "blobs"): self.conn.execute(f"DELETE FROM {table}")

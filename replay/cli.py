@@ -314,11 +314,77 @@ def report(replay_id, fmt, output, show_all, statuses, view_kinds, view_location
 @cli.command()
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def reset(yes):
-  """Delete every capture, replay and blob from the database."""
+  """Delete every capture, replay and blob from the database, and the cached worktrees and overlays."""
   store = _store(create=True)
-  if not yes and not click.confirm(f"delete everything in {store.path}?"): sys.exit(0)
+  if not yes and not click.confirm(f"delete everything in {store.path} and the cached worktrees?"): sys.exit(0)
   store.reset()
-  click.echo(f"reset {store.path}")
+  trees = _remove_trees()
+  click.echo(f"reset {store.path}" + (f"; removed {trees} cached worktrees and overlays" if trees else ""))
+
+
+def _remove_trees() -> int:
+  from replay import revisions
+  try: return revisions.remove_cached_trees(revisions.repo_root())
+  except RevisionError: return 0   # not in a git repository: there are no worktrees
+
+
+def _when(t) -> str: return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if isinstance(t, (int, float)) else "-"
+
+
+def _command(argv_json) -> str:
+  try: argv = json.loads(argv_json or "[]")
+  except ValueError: return rpt.clean(argv_json)[:50]
+  if not isinstance(argv, list): return "?"
+  shown = [os.path.basename(a) if i == 0 else a for i, a in enumerate(map(str, argv))]
+  text = " ".join(shown)
+  return rpt.clean(text if len(text) <= 50 else text[:47] + "...")
+
+
+@cli.command()
+@click.option("--limit", type=int, default=20, show_default=True, help="Show at most this many runs and replays (0: all).")
+def runs(limit):
+  """List capture runs (command, commit, how it ended, captures) and replays (base, verdict), newest first."""
+  store = _store()
+  all_runs, replays = store.runs(), store.replays()
+  shown = all_runs if limit == 0 else all_runs[:limit]
+  rows = [[r["id"], _when(r.get("started")), _command(r.get("argv")), (r.get("git_commit") or "-")[:10] + ("+dirty" if r.get("git_dirty") else ""),
+           "-" if r.get("exit_code") is None else r["exit_code"], " ".join(f"{r['counts'].get(k, 0)}{k[0]}" for k in rpt.KINDS),
+           f"rerun of {r['rerun_of']} ({rpt.clean(r.get('tree') or '')[:24]})" if r.get("rerun_of") else ""] for r in shown]
+  click.echo(tabulate(rows, headers=["run", "started", "command", "commit", "exit", "captures (s k e)", ""]))
+  if len(all_runs) > len(shown): click.echo(f"... {len(all_runs) - len(shown)} more runs (--limit 0 shows all)")
+  shown = replays if limit == 0 else replays[:limit]
+  rows = [[r["id"], _when(r.get("started")), r.get("capture_run_id") or "-", rpt.clean(r.get("base_ref") or "working tree")[:24]
+           + (f" ({r['base_commit'][:10]})" if r.get("base_commit") else ""), r["outcomes"], rpt.clean(r.get("verdict") or "(did not finish)")[:70]]
+          for r in shown]
+  click.echo("\n" + tabulate(rows, headers=["replay", "started", "run", "base", "outcomes", "verdict"]))
+  if len(replays) > len(shown): click.echo(f"... {len(replays) - len(shown)} more replays (--limit 0 shows all)")
+
+
+@cli.command()
+@click.option("--keep", type=click.IntRange(min=0), default=5, show_default=True, help="Keep this many of the newest capture runs.")
+@click.option("--older-than", "older_than", type=click.FloatRange(min=0), default=None, help="Only prune runs older than this many days.")
+@click.option("--worktrees/--no-worktrees", default=True, show_default=True, help="Also remove the cached worktrees and overlays.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed, remove nothing.")
+def prune(keep, older_than, worktrees, dry_run):
+  """Remove old capture runs (with their reruns, captures, outcomes and replays), blobs nothing refers to, and the
+  cached worktrees and overlays."""
+  store = _store()
+  originals = [r for r in store.runs() if not r.get("rerun_of")]
+  cutoff = time.time() - older_than * 86400 if older_than is not None else None
+  old = [r["id"] for r in originals[keep:] if cutoff is None or (r.get("started") or 0) < cutoff]
+  doomed = old + [r["id"] for r in store.runs() if r.get("rerun_of") in old]
+  from replay import revisions
+  try: trees = revisions.cached_trees(revisions.repo_root()) if worktrees else []
+  except RevisionError: trees = []
+  if dry_run:
+    captures = sum(sum(r["counts"].values()) for r in store.runs() if r["id"] in doomed)
+    click.echo(f"would remove {len(doomed)} runs ({', '.join(map(str, sorted(doomed))) or 'none'}) with {captures} captures, the replays of them, "
+               f"unreferenced blobs, and {len(trees)} cached worktrees and overlays")
+    return
+  gone = store.delete_runs(doomed) if doomed else {"blobs": store.delete_unreferenced_blobs()}
+  store.vacuum()
+  removed = _remove_trees() if worktrees else 0
+  click.echo("removed " + ", ".join(f"{n} {what}" for what, n in gone.items()) + f", {removed} cached worktrees and overlays")
 
 
 # ***** gate *****

@@ -114,3 +114,23 @@ def overlay(sha: str, root: pathlib.Path) -> pathlib.Path:
       link.unlink() if link.is_symlink() else shutil.rmtree(link)
     if target.exists(): link.symlink_to(target, target_is_directory=True)
   return path
+
+
+def cached_trees(root: pathlib.Path) -> list[pathlib.Path]:
+  """The worktrees and overlays the harness keeps under the cache folder."""
+  base = cache_root(root)
+  return sorted(p for folder in ("worktrees", "overlays") if (base / folder).is_dir() for p in (base / folder).iterdir())
+
+
+def remove_cached_trees(root: pathlib.Path) -> int:
+  """Remove every cached worktree and overlay (they are made again on demand); returns how many went."""
+  trees = cached_trees(root)
+  for path in trees:
+    if path.parent.name == "worktrees":
+      try: git("worktree", "remove", "--force", str(path), cwd=str(root))
+      except RevisionError: shutil.rmtree(path, ignore_errors=True)
+    elif path.is_dir() and not path.is_symlink(): shutil.rmtree(path, ignore_errors=True)
+    else: path.unlink(missing_ok=True)
+  try: git("worktree", "prune", cwd=str(root))
+  except RevisionError: pass
+  return len(trees)

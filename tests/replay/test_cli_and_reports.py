@@ -194,3 +194,27 @@ def test_colorize_paints_diff_lines_and_the_verdict():
   from replay.report import colorize
   painted = colorize("--- capture 1\n@@ -1 +1 @@\n-a\n+b\n same\nOK: fine").splitlines()
   assert painted[2].startswith("\x1b[31m") and painted[3].startswith("\x1b[32m") and painted[4] == " same" and "\x1b[1m" in painted[5]
+
+
+def test_runs_lists_runs_and_replays_and_prune_keeps_the_newest(tmp_path):
+  from db import Store
+  db = tmp_path / "r.db"
+  for _ in range(3): capture_workloads(db, "ref_add_const", "--no-variants")
+  assert cli("run", db=db).returncode == 0
+  listing = cli("runs", db=db).stdout
+  assert "python -m scripts.workloads --only ref_add_con" in listing and "OK: all" in listing and "3s 2k 3e" in listing
+  cache = tmp_path / "cache"
+  (cache / "overlays" / "deadbeef").mkdir(parents=True)
+  env = {"REPLAY_CACHE_DIR": str(cache)}
+  dry = cli("prune", "--keep", "1", "--dry-run", db=db, env_extra=env)
+  assert dry.returncode == 0 and "would remove 2 runs (1, 2)" in dry.stdout and "1 cached worktrees" in dry.stdout
+  assert len(Store(str(db)).runs()) == 3   # a dry run removes nothing
+  proc = cli("prune", "--keep", "1", db=db, env_extra=env)
+  assert proc.returncode == 0 and "removed 2 runs" in proc.stdout and not (cache / "overlays" / "deadbeef").exists()
+  s = Store(str(db))
+  assert [r["id"] for r in s.runs()] == [3] and s.integrity_ok()
+  assert s.blob_count() == len({c["input_sha"] for c in s.captures()} | {c["output_sha"] for c in s.captures()})
+  assert cli("run", db=db).returncode == 0   # what is left still replays
+  (cache / "overlays" / "again").mkdir(parents=True)
+  proc = cli("reset", "--yes", db=db, env_extra=env)
+  assert "removed 1 cached worktrees and overlays" in proc.stdout and not (cache / "overlays" / "again").exists()
