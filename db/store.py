@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -78,7 +78,13 @@ def _migrate_to_4(db: "sqlite_utils.Database") -> None:
   db["replays"].add_column("notes", str)
 
 
-MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4]
+def _migrate_to_5(db: "sqlite_utils.Database") -> None:
+  """Accepted changes: a difference (kind, location, fingerprint of the diff) a reviewer said is expected."""
+  db["accepted"].create({"id": int, "kind": str, "location": str, "fingerprint": str, "name": str, "time": float, "head_commit": str}, pk="id")
+  db["accepted"].create_index(["kind", "location", "fingerprint"], unique=True)
+
+
+MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5]
 
 
 class Store:
@@ -311,11 +317,22 @@ class Store:
     self._known_blobs.clear()
     return n
 
+  def accept(self, entries: list[dict]) -> int:
+    """Record differences as expected ({kind, location, fingerprint, name, head_commit}); returns how many were new."""
+    with self.transaction():
+      before = self.conn.execute("SELECT count(*) FROM accepted").fetchone()[0]
+      for e in entries:
+        self.conn.execute("INSERT OR IGNORE INTO accepted (kind, location, fingerprint, name, time, head_commit) VALUES (?,?,?,?,?,?)",
+                          (e["kind"], e["location"], e["fingerprint"], e.get("name", ""), time.time(), e.get("head_commit")))
+      return self.conn.execute("SELECT count(*) FROM accepted").fetchone()[0] - before
+
+  def accepted(self) -> list[dict]: return list(self.db.query("SELECT * FROM accepted ORDER BY id"))
+
   def vacuum(self) -> None: self.conn.execute("VACUUM")
 
   def reset(self) -> None:
     with self.transaction():
-      for table in ("outcomes", "replays", "captures", "runs", "blobs"): self.conn.execute(f"DELETE FROM {table}")
+      for table in ("outcomes", "replays", "captures", "runs", "blobs", "accepted"): self.conn.execute(f"DELETE FROM {table}")
     self.conn.execute("VACUUM")
 
   def integrity_ok(self) -> bool: return self.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -142,7 +142,7 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   if rerun and base_ref is not None: notes += _end_to_end(store, captures, result.replay_id, fields["base_commit"], base_ref, path[0], options)
   if notes: store.set_replay_notes(result.replay_id, notes)
   replay_row = store.replay(result.replay_id)
-  summary = rpt.Summary.from_row(replay_row, store.outcomes(result.replay_id), _capture_runs(store, captures))
+  summary = _with_acceptances(store, rpt.Summary.from_row(replay_row, store.outcomes(result.replay_id), _capture_runs(store, captures)))
   if result.stopped_early: click.echo(f"replay: stopped early after --max-changed {max_changed}", err=True)
   return summary
 
@@ -176,6 +176,22 @@ def _end_to_end(store: Store, captures: list[dict], replay_id: int, base_sha: st
   selected = {c["id"] for c in captures}
   outcomes.merge(store, replay_id, ((cid, c.status, c.diff) for cid, c in found.results.items() if cid in selected))
   return found.notes
+
+
+def _accept_file() -> pathlib.Path:
+  from replay import accept, revisions
+  try: root = revisions.repo_root()
+  except RevisionError: root = pathlib.Path.cwd()
+  return accept.default_path(root)
+
+
+def _with_acceptances(store: Store, summary: rpt.Summary) -> rpt.Summary:
+  """The summary with the changes reviewers accepted (in the database and in the committed file) marked."""
+  from replay import accept
+  try: summary.accepted = accept.accepted_keys(store.accepted(), _accept_file())
+  except accept.AcceptFileError as e: raise UsageMistake(str(e)) from None
+  summary.mark_accepted()
+  return summary
 
 
 def _capture_runs(store: Store, captures: list[dict]) -> list[dict]:
@@ -255,7 +271,7 @@ def view_options(f):
 def _stored_summary(store: Store, replay_id: Optional[int], statuses=(), kinds=(), location=None, show_all=False) -> rpt.Summary:
   row = store.replay(replay_id)
   if row is None: raise UsageMistake("no replay found" + (f" with id {replay_id}" if replay_id else "; run `replay run` or `replay diff` first"))
-  summary = rpt.Summary.from_row(row, store.outcomes(row["id"]), _capture_runs(store, [{"run_id": row["capture_run_id"]}] if row.get("capture_run_id") else []))
+  summary = _with_acceptances(store, rpt.Summary.from_row(row, store.outcomes(row["id"]), _capture_runs(store, [{"run_id": row["capture_run_id"]}] if row.get("capture_run_id") else [])))
   summary.view, summary.show_all = {"statuses": list(statuses), "kinds": list(kinds), "location": location}, show_all
   return summary
 
@@ -385,6 +401,60 @@ def prune(keep, older_than, worktrees, dry_run):
   store.vacuum()
   removed = _remove_trees() if worktrees else 0
   click.echo("removed " + ", ".join(f"{n} {what}" for what, n in gone.items()) + f", {removed} cached worktrees and overlays")
+
+
+# ***** review *****
+
+@cli.command()
+@click.option("--replay", "replay_id", type=int, default=None, help="The replay whose changes to accept (default: the latest).")
+@click.option("--id", "ids", type=int, multiple=True, help="Only these capture ids.")
+@view_options
+@click.option("--export", "export", is_flag=True, help="Also write every accepted change to the accepted-changes file (to commit).")
+def accept(replay_id, ids, statuses, view_kinds, view_location, export):
+  """Accept the kernel changes of a replay as expected for this change: later replays and the gate show them as
+  accepted and do not fail on them (mismatches can never be accepted). --export writes replay-accepted.json."""
+  from replay import accept as acc
+  from replay.capture import git_state
+  store = _store()
+  summary = _stored_summary(store, replay_id, statuses or ("changed",), view_kinds, view_location)
+  chosen = [o for o in summary.shown() if o["status"] == "changed" and (not ids or o["capture_id"] in ids)]
+  refused = [o for o in summary.shown() if o["status"] != "changed" and (not ids or o["capture_id"] in ids)]
+  if not chosen and not export: raise UsageMistake("the selection has no kernel changes to accept" + (f" ({len(refused)} other outcomes: only "
+                                                   "changes can be accepted)" if refused else ""))
+  new = store.accept(acc.entries(chosen, git_state()[0]))
+  click.echo(f"accepted {len(chosen)} changes ({new} new) of replay {summary.replay['id']}" + (f"; {len(refused)} mismatches/errors cannot be "
+                                                                                                "accepted" if refused else ""))
+  if export:
+    path = _accept_file()
+    try: acc.write_file(path, acc.read_file(path) + store.accepted())
+    except acc.AcceptFileError as e: raise UsageMistake(str(e)) from None
+    click.echo(f"wrote {len(acc.read_file(path))} accepted changes to {path} (commit it with the change)")
+
+
+@cli.command()
+@click.option("--replay", "replay_id", type=int, default=None, help="The replay to review (default: the latest).")
+def review(replay_id):
+  """Walk the kernel changes of a replay one group at a time: [a]ccept, [s]kip, [d]iff in full, [q]uit."""
+  from replay import accept as acc
+  from replay.capture import git_state
+  store = _store()
+  summary = _stored_summary(store, replay_id, ("changed",))
+  pending = [g for g in summary.groups() if not summary.is_accepted(g[0])]
+  if not pending:
+    click.echo(f"nothing to review: replay {summary.replay['id']} has no kernel changes that are not accepted")
+    return
+  accepted = 0
+  for n, group in enumerate(pending, 1):
+    click.echo(f"\n[{n}/{len(pending)}] " + rpt.render_group(group, max_lines=30))
+    while True:
+      choice = click.prompt("accept, skip, diff, quit", type=click.Choice(["a", "s", "d", "q"]), default="s", show_choices=True)
+      if choice != "d": break
+      echo_report(rpt.render_group(group, max_lines=None), "text", page=True)
+    if choice == "q": break
+    if choice == "a":
+      store.accept(acc.entries(group, git_state()[0]))
+      accepted += len(group)
+  click.echo(f"accepted {accepted} changes; `replay accept --export` writes them to the file to commit")
 
 
 # ***** gate *****

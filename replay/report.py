@@ -49,6 +49,7 @@ class Summary:
   # what the reader asked to see (the verdict always covers every outcome): statuses, kinds, a location substring
   view: dict = field(default_factory=dict)
   show_all: bool = False
+  accepted: set = field(default_factory=set)   # (kind, location, fingerprint) of changes a reviewer accepted
 
   @staticmethod
   def from_row(replay: dict, outcomes: list[dict], capture_runs: Optional[list] = None) -> "Summary":
@@ -77,6 +78,10 @@ class Summary:
     t = self.totals()
     if isinstance(cap, int) and cap > 0 and t["changed"] + t["mismatch"] >= cap: return 0   # --max-changed stopped it
     return max(0, selected - len(self.outcomes))
+
+  def mark_accepted(self) -> None:
+    """Tag the outcomes a reviewer accepted, so that every format shows it."""
+    for o in self.outcomes: o["accepted"] = self.is_accepted(o)
 
   def __post_init__(self):
     # a status this harness does not know (a hand-edited database) counts as an error, with the reason saying so
@@ -109,14 +114,16 @@ class Summary:
     if t["mismatch"]: return EXIT_MISMATCH, f"FAIL: {t['mismatch']} of {n} captures produce different outputs"
     if (t["error"] or t["incompatible"]) and not self.allow_incompatible:
       return EXIT_HARNESS, f"FAIL: {t['error']} replay errors and {t['incompatible']} incompatible captures of {n}"
-    if self.max_cost_increase is not None and (over := [g for _, g in self.slower() if g > self.max_cost_increase]):
+    if self.max_cost_increase is not None and (over := [g for o, g in self.slower() if g > self.max_cost_increase and not self.is_accepted(o)]):
       return EXIT_CHANGED, (f"FAIL: {len(over)} of {n} captures cost more than --max-cost-increase {self.max_cost_increase * 100:g}% allows "
                             f"(up to {_pct(max(over))})")
     if self.fail_on_drift and (d := self.drift()):
       return EXIT_MISMATCH, f"FAIL: {d['captures']} of {n} captures drift within tolerance (at most {d['max_ulp']} ulp), and --fail-on-drift was given"
-    if t["changed"] and self.expect_no_change:
-      return EXIT_CHANGED, f"FAIL: {t['changed']} captures changed kernels, but this change promised no kernel change"
-    if t["changed"]: return EXIT_OK, f"OK: {t['changed']} of {n} captures changed kernels; outputs are the same"
+    accepted = t["changed"] - (unaccepted := self.unaccepted_changes())
+    note = f" ({accepted} accepted)" if accepted else ""
+    if unaccepted and self.expect_no_change:
+      return EXIT_CHANGED, f"FAIL: {unaccepted} captures changed kernels{' not accepted' if accepted else ''}, but this change promised no kernel change"
+    if t["changed"]: return EXIT_OK, f"OK: {t['changed']} of {n} captures changed kernels{note}; outputs are the same"
     extra = f" ({t['error'] + t['incompatible']} errors/incompatible allowed)" if t["error"] or t["incompatible"] else ""
     return EXIT_OK, f"OK: all {n} captures replay the same{extra}"
 
@@ -164,6 +171,13 @@ class Summary:
   def interesting(self) -> list[dict]:
     return [o for o in self.outcomes if o["status"] != "same"]
 
+  def is_accepted(self, o: dict) -> bool:
+    if o["status"] != "changed" or not self.accepted: return False
+    from replay.accept import key
+    return key(o) in self.accepted
+
+  def unaccepted_changes(self) -> int: return sum(1 for o in self.outcomes if o["status"] == "changed" and not self.is_accepted(o))
+
   def shown(self) -> list[dict]:
     """The outcomes the report details: the interesting ones, or those the view's filters select."""
     statuses, kinds, where = self.view.get("statuses"), self.view.get("kinds"), self.view.get("location")
@@ -206,9 +220,10 @@ def _fraction(value) -> Optional[float]:
 
 
 def _status(o: dict) -> str:
-  """The status as reports show it: a changed capture that costs more says so."""
+  """The status as reports show it: a changed capture that costs more says so, an accepted one too."""
   grew = _metrics(o.get("metrics")).get("slower") if o["status"] == "changed" else None
-  return f"{o['status']} (slower {_pct(grew)})" if isinstance(grew, (int, float)) and grew > 0 else o["status"]
+  tags = ([f"slower {_pct(grew)}"] if isinstance(grew, (int, float)) and grew > 0 else []) + (["accepted"] if o.get("accepted") else [])
+  return f"{o['status']} ({', '.join(tags)})" if tags else o["status"]
 
 
 def _heading(o: dict) -> str:
@@ -249,15 +264,19 @@ def _more(s: Summary, shown_groups: int) -> Optional[str]:
           f"`replay report --all` shows every one (--status, --kind, --location select)")
 
 
+def render_group(group: list[dict], max_lines: Optional[int] = 40) -> str:
+  """One group of identical differences as text: its heading, then its detail (cut after `max_lines`)."""
+  lines = _detail(group[0]).splitlines()
+  if max_lines is not None and len(lines) > max_lines:
+    lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines; `replay show {group[0]['capture_id']}` shows all)"]
+  return "\n".join([f"--- {_group_heading(group)}", *lines])
+
+
 def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
   out = [_title(s), tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="simple")]
   out += [f"note: {n}" for n in s.summary_lines()] + s.hotspots()
   groups = s.groups() if s.show_all else s.groups()[:max_diffs]
-  for group in groups:
-    out.append(f"\n--- {_group_heading(group)}")
-    lines = _detail(group[0]).splitlines()
-    if s.show_all or len(lines) <= max_lines: out.extend(lines)
-    else: out.extend(lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines; `replay show {group[0]['capture_id']}` shows all)"])
+  for group in groups: out.append("\n" + render_group(group, None if s.show_all else max_lines))
   if (more := _more(s, len(groups))): out.append("\n" + more)
   out.append("\n" + s.verdict()[1])
   return "\n".join(out)
@@ -292,7 +311,7 @@ def render_json(s: Summary) -> str:
          "drift": s.drift(), "slower": [{"capture_id": o["capture_id"], "growth": g} for o, g in s.slower()],
          "outcomes": [{"capture_id": o["capture_id"], "kind": o["kind"], "name": o["name"], "location": o["location"], "status": o["status"],
                        "reason": o.get("reason") or "", "diff": o.get("diff") or "", "metrics": _metrics(o.get("metrics")),
-                       "seconds": o.get("seconds") or 0.0} for o in s.outcomes]}
+                       "seconds": o.get("seconds") or 0.0, "accepted": bool(o.get("accepted"))} for o in s.outcomes]}
   return json.dumps(doc, indent=2, sort_keys=True)
 
 
