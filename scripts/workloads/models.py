@@ -36,11 +36,11 @@ def train(model, opt, x: Tensor, y: Tensor, steps: int) -> list[float]:
 
 
 def mlp_sgd(steps: int = 5) -> dict:
-  """A 2-layer MLP trained for a few SGD steps (momentum) on synthetic data."""
+  """A 2-layer MLP trained for a few SGD steps (nesterov momentum, weight decay) on synthetic data."""
   Tensor.manual_seed(1)
   model = MLP()
   x, y = _data(0, (32, 16), 4)
-  losses = train(model, SGD(get_parameters(model), lr=0.1, momentum=0.9), x, y, steps)
+  losses = train(model, SGD(get_parameters(model), lr=0.1, momentum=0.9, weight_decay=1e-3, nesterov=True), x, y, steps)
   return {"outputs": [model.l1.weight.numpy(), model(x).numpy()], "losses": losses}
 
 
