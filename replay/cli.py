@@ -457,6 +457,51 @@ def review(replay_id):
   click.echo(f"accepted {accepted} changes; `replay accept --export` writes them to the file to commit")
 
 
+@cli.command()
+@click.option("--good", required=True, help="A revision where the captures replay as they should (the search starts after it).")
+@click.option("--bad", required=True, help="A later revision where their outcome is different.")
+@selection_options
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture.")
+def bisect(good, bad, runs, kinds, names, location, ids, jobs, timeout):
+  """Find the first commit between --good and --bad at which the selected captures replay differently (status or
+  diff) than at --good, replaying them against each probed commit; ends with that commit's replay."""
+  from replay import revisions
+  from replay.bisect import first_change, signature
+  from replay.runner import replay_captures, RunOptions
+  store = _store()
+  caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
+  try:
+    root = revisions.repo_root()
+    good_sha, bad_sha = revisions.resolve(good, cwd=str(root)), revisions.resolve(bad, cwd=str(root))
+    commits = revisions.git("rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}", cwd=str(root)).split()
+  except UnknownRevision as e: raise UsageMistake(str(e)) from None
+  except RevisionError as e: raise HarnessError(str(e)) from None
+  if not commits: raise UsageMistake(f"{bad} is not a descendant of {good} (no commits between them on the first-parent line)")
+  options = RunOptions(jobs=jobs or max(1, os.cpu_count() or 1), timeout=timeout, progress=False)
+
+  def probe(sha: str):
+    try: path = [str(revisions.overlay(sha, root))]
+    except RevisionError as e: raise HarnessError(str(e)) from None
+    outcomes = replay_captures(store, caps, path, {}, options, keep=False).outcomes
+    counts = {st: sum(o["status"] == st for o in outcomes) for st in rpt.STATUSES}
+    return signature(outcomes), ", ".join(f"{n} {st}" for st, n in counts.items() if n)
+
+  def subject(sha: str) -> str: return revisions.git("log", "-1", "--format=%h %s", sha, cwd=str(root))
+  click.echo(f"bisect: {len(caps)} captures, {len(commits)} commits after {good} up to {bad} (about {max(1, len(commits).bit_length())} steps)")
+  good_sig, good_summary = probe(good_sha)
+  click.echo(f"  good {subject(good_sha)}: {good_summary}")
+  found, _ = first_change(commits, probe, good_sig,
+                          lambda st: click.echo(f"  {'differs' if st.differs else 'as good'} {subject(st.sha)}: {st.summary}"))
+  if found == len(commits):
+    click.echo(f"no commit up to {bad} changes the outcome of these captures")
+    sys.exit(0)
+  sha = commits[found]
+  click.echo(f"\nfirst commit that changes the outcome: {subject(sha)} ({sha})")
+  finish(store, do_replay(store, caps, cap_run, sha, False, jobs, timeout, None, None, None), "text", None)
+  sys.exit(0)
+
+
 # ***** gate *****
 
 NO_CHANGE_MARKER = "[no-kernel-change]"
