@@ -279,8 +279,10 @@ def _stored_summary(store: Store, replay_id: Optional[int], statuses=(), kinds=(
 @cli.command()
 @click.argument("capture_id", type=int, required=False)
 @click.option("--replay", "replay_id", type=int, default=None, help="Without CAPTURE_ID: the replay to show (default: the latest).")
+@click.option("--why", is_flag=True, help="Name the first rewrite rule whose application differs between the base and this tree.")
+@click.option("--base", "why_base", default=None, help="With --why: the base revision (default: the base of the capture's last replay).")
 @view_options
-def show(capture_id, replay_id, statuses, view_kinds, view_location):
+def show(capture_id, replay_id, why, why_base, statuses, view_kinds, view_location):
   """Show one capture (its AST or source, flags, location, the last outcome's diff), or without CAPTURE_ID every
   difference of a replay in full, most severe first, selected with --status/--kind/--location."""
   from replay import serialize
@@ -291,6 +293,9 @@ def show(capture_id, replay_id, statuses, view_kinds, view_location):
     return
   cap = store.capture(capture_id)
   if cap is None: raise UsageMistake(f"no capture with id {capture_id} in {store.path}")
+  if why:
+    click.echo(_why(store, cap, why_base))
+    return
   click.echo(f"capture {cap['id']} [{cap['kind']}] {cap['name']}\nrun {cap['run_id']}  location {cap['location']}\nkey {cap['key']}")
   for field in ("flags", "meta"):
     try: value = json.loads(cap[field] or "{}")
@@ -401,6 +406,33 @@ def prune(keep, older_than, worktrees, dry_run):
   store.vacuum()
   removed = _remove_trees() if worktrees else 0
   click.echo("removed " + ", ".join(f"{n} {what}" for what, n in gone.items()) + f", {removed} cached worktrees and overlays")
+
+
+def _why(store: Store, cap: dict, base: Optional[str]) -> str:
+  from replay import revisions
+  from replay.runner import replay_captures, RunOptions
+  from replay.why import explain
+  if cap["kind"] not in ("schedule", "exec"): raise UsageMistake(f"--why explains schedules: capture {cap['id']} is a {cap['kind']} capture "
+                                                                 "(pick the schedule or exec capture at the same location)")
+  if base is None:
+    last = store.last_outcome(cap["id"])
+    row = store.replay(last["replay_id"]) if last else None
+    base = row.get("base_commit") if row else None
+    if not base: raise UsageMistake(f"capture {cap['id']} was never replayed against a base revision; give one with --base")
+  try:
+    root = revisions.repo_root()
+    sha = revisions.resolve(base, cwd=str(root))
+    base_path = str(revisions.overlay(sha, root))
+  except UnknownRevision as e: raise UsageMistake(str(e)) from None
+  except RevisionError as e: raise HarnessError(str(e)) from None
+  options = RunOptions(jobs=1, progress=False, trace=True)
+  traces = []
+  for path in (base_path, str(revisions.harness_root())):
+    out = replay_captures(store, [cap], [path], {}, options, keep=False).outcomes[0]
+    if "trace" not in out: raise HarnessError(f"could not trace capture {cap['id']} with {path}: {out.get('reason') or out['status']}")
+    traces.append(out["trace"])
+  return f"capture {cap['id']} [{cap['kind']}] {rpt.clean(cap['name'])} @ {rpt.clean(cap['location'])}, base {base} ({sha[:10]}):\n" \
+         + rpt.clean(explain(*traces))
 
 
 # ***** review *****

@@ -98,14 +98,51 @@ def run_exec_capture(inp: dict) -> dict:
     return {"outputs": [t.numpy() for t in tensors]}
 
 
+def _package_path(filename: str) -> str:
+  """A source file as `package/module.py` whatever tree it lives in (a worktree of the base, the current tree)."""
+  parts = filename.replace("\\", "/").split("/")
+  for i in range(len(parts) - 1, -1, -1):
+    if parts[i] in ("scheduler", "runtimes"): return "/".join(parts[i:])
+  return parts[-1]
+
+
+def _node_text(u) -> str:
+  if isinstance(u, str): return u
+  try: shape = f" shape={tuple(u.shape)}" if u.st is not None else ""
+  except Exception: shape = ""
+  arg = f" {u.arg!r}" if u.op.name in ("CONST", "REDUCE_AXIS", "DEFINE_VAR") else ""
+  return f"{u.op.name} {u.dtype!r}{shape}{arg}"
+
+
+def trace_schedule(inp: dict) -> list[dict]:
+  """Every rewrite rule application and realize decision of scheduling this graph, in order:
+  {file, line, node, result}, with files as package paths so two trees compare."""
+  from scheduler.schedule import create_schedule_with_vars
+  from scheduler.helpers import Context
+  from scheduler import ops
+  ops.tracked_rewrites.append(("why", []))
+  try:
+    with Context(TRACK_MATCH_STATS=1): create_schedule_with_vars(_fresh_buffers(graph_of(inp)))
+  finally: entries = ops.tracked_rewrites.pop()[1]
+  return [{"file": _package_path(str(where[0])), "line": int(where[1]), "node": _node_text(node), "result": _node_text(out)}
+          for where, node, out in entries]
+
+
 RUNNERS = {"schedule": run_schedule_capture, "kernel": run_kernel_capture, "exec": run_exec_capture}
 COMPARE = {"schedule": compare_schedule, "kernel": compare_kernel, "exec": compare_exec}
 
 
 def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str, int], tolerances: Optional[dict] = None,
-               names: Optional[list] = None) -> dict:
-  """One capture's outcome: {status, reason, diff, metrics, compiler_seconds}."""
+               names: Optional[list] = None, trace: bool = False) -> dict:
+  """One capture's outcome: {status, reason, diff, metrics, compiler_seconds}; with `trace`, a schedule or exec
+  capture is scheduled once more with rewrite tracing and the outcome carries the trace."""
   t0 = time.perf_counter()
+  if trace:
+    try:
+      with _flag_context(flags): return {"status": "same", "reason": "", "diff": "", "metrics": {}, "compiler_seconds": 0.0,
+                                         "trace": trace_schedule(load_payload(input_data))}
+    except Exception as e:
+      return {"status": "error", "reason": f"cannot trace this capture: {type(e).__name__}: {e}", "diff": "", "metrics": {}, "compiler_seconds": 0.0}
   try:
     inp, captured = load_payload(input_data), load_payload(output_data)
     load_s = time.perf_counter() - t0

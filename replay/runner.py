@@ -21,6 +21,7 @@ class RunOptions:
   tolerances: Optional[dict] = None
   progress: bool = True
   memory_mb: int = 8192   # address-space limit of each worker: a capture that asks for more is an error, not a dead machine
+  trace: bool = False     # schedule with rewrite tracing and return the trace instead of comparing (`replay show --why`)
 
 
 @dataclass
@@ -54,10 +55,10 @@ class _Worker:
     self.deadline = 0.0
     self.ready = False
 
-  def send(self, capture: dict, input_data: bytes, output_data: bytes, tolerances, timeout: float) -> None:
+  def send(self, capture: dict, input_data: bytes, output_data: bytes, tolerances, timeout: float, trace: bool = False) -> None:
     from replay.compare import output_names
     header = json.dumps({"capture_id": capture["id"], "kind": capture["kind"], "flags": json.loads(capture["flags"] or "{}"),
-                         "tolerances": tolerances, "names": output_names(capture.get("meta")),
+                         "tolerances": tolerances, "names": output_names(capture.get("meta")), "trace": trace,
                          "input_len": len(input_data), "output_len": len(output_data)}).encode()
     self.task, self.deadline = capture, time.monotonic() + timeout
     assert self.proc.stdin is not None
@@ -139,7 +140,8 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
            "diff": result.get("diff", ""), "metrics": json.dumps(result.get("metrics", {})), "seconds": seconds}
     pending_rows.append(row)
     if len(pending_rows) >= 64: flush()
-    outcomes.append({**row, "kind": capture["kind"], "name": capture["name"], "location": capture["location"]})
+    outcomes.append({**row, "kind": capture["kind"], "name": capture["name"], "location": capture["location"],
+                     **({"trace": result["trace"]} if "trace" in result else {})})
     counts[result["status"]] += 1
     progress.step(counts)
 
@@ -170,7 +172,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
       return
     while pending:
       cap = pending.pop()
-      try: w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), options.tolerances, options.timeout)
+      try: w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), options.tolerances, options.timeout, options.trace)
       except (BlobError, ValueError) as e:   # a bad blob or flags: an outcome of its own, the rest still replays
         record(cap, {"status": "error", "reason": f"{e}" if isinstance(e, BlobError) else f"capture {cap['id']} has unreadable flags: {e}"}, 0.0)
         continue

@@ -674,6 +674,17 @@ class PatternMatcher:
 tracked_rewrites: list[tuple[str, list[tuple[tuple[str, int], UOp, UOp]]]] = []
 
 
+def record_decision(node: UOp, what: str, depth: int = 1) -> None:
+  """A scheduling decision that is not a pattern rewrite (realizing a node, releasing it), traced like one while
+  TRACK_MATCH_STATS is on: under the file:line of the code `depth` frames up that made it."""
+  if not (TRACK_MATCH_STATS and tracked_rewrites): return
+  frame = inspect.currentframe()
+  for _ in range(depth):
+    if frame is not None: frame = frame.f_back
+  where = ("?", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
+  tracked_rewrites[-1][1].append((where, node, what))
+
+
 def track_rewrites(name_fxn: Optional[Callable] = None):
   """Decorator: with TRACK_MATCH_STATS on, records every rule that fired inside the call under its name."""
   def decorator(func):

@@ -8,7 +8,7 @@ traversal order, plus the relations kernel formation needs.
 from __future__ import annotations
 from dataclasses import dataclass, field
 from scheduler.helpers import prod, DONT_REALIZE_EXPAND, DONT_GROUP_REDUCES, FUSE_ARANGE, FUSE_CONV_BW
-from scheduler.ops import UOp, Ops, GroupOp, resolve
+from scheduler.ops import UOp, Ops, GroupOp, resolve, record_decision
 from scheduler.shape.shapetracker import ShapeTracker
 
 BOUNDARY_OPS = frozenset({Ops.BUFFER, Ops.CONST, Ops.BIND, Ops.DEVICE, Ops.ASSIGN, Ops.SINK, Ops.CONTIGUOUS, Ops.COPY})
@@ -35,10 +35,12 @@ class Realizes:
       return
     self.realized[u] = None
     if releasable: self.releasable.add(u)
+    record_decision(u, "realize", depth=2)
 
   def release(self, u: UOp) -> None:
     self.realized.pop(u, None)
     self.releasable.discard(u)
+    record_decision(u, "release", depth=2)
 
 
 def _reads_of(user: UOp, node: UOp) -> list[ShapeTracker]:
