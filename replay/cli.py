@@ -435,6 +435,43 @@ def _why(store: Store, cap: dict, base: Optional[str]) -> str:
          + rpt.clean(explain(*traces))
 
 
+def coverage_of_change(store: Store, captures: list[dict], base_sha: str, jobs, timeout) -> tuple[str, dict]:
+  """(one line, unexercised lines per file): which changed lines of the system under test no capture runs when
+  replayed with the current tree."""
+  import tempfile
+  from replay import coverage_check, revisions
+  from replay.runner import replay_captures, RunOptions
+  root = revisions.repo_root()
+  changed = coverage_check.changed_lines(base_sha, root, revisions.sut_packages())
+  if not changed: return coverage_check.describe({}, changed), {}
+  with tempfile.TemporaryDirectory(prefix="replay-coverage-") as folder:
+    options = RunOptions(jobs=jobs or max(1, os.cpu_count() or 1), timeout=timeout, progress=False)
+    replay_captures(store, captures, [str(revisions.harness_root())], {}, options, env_extra={coverage_check.COVERAGE_ENV: folder}, keep=False)
+    executed = coverage_check.executed_lines(folder, revisions.harness_root())
+  missed = coverage_check.unexercised(changed, executed, revisions.harness_root())
+  return coverage_check.describe(missed, changed), missed
+
+
+@cli.command("coverage")
+@click.option("--base", required=True, help="The revision the change is measured against.")
+@click.option("--merge-base", is_flag=True, help="Use the merge base of --base and HEAD.")
+@selection_options
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture.")
+def coverage_cmd(base, merge_base, runs, kinds, names, location, ids, jobs, timeout):
+  """Which lines of the system under test changed since --base, and which of them no capture executes when replayed
+  (exit 0 either way; the gate prints the same as a warning)."""
+  from replay import coverage_check, revisions
+  store = _store()
+  caps, _ = select_captures(store, runs, kinds, names, location, ids)
+  try: sha = revisions.resolve(base, merge_base, cwd=str(revisions.repo_root()))
+  except UnknownRevision as e: raise UsageMistake(str(e)) from None
+  except RevisionError as e: raise HarnessError(str(e)) from None
+  line, missed = coverage_of_change(store, caps, sha, jobs, timeout)
+  click.echo(line)
+  for path, lines in missed.items(): click.echo(f"  {path}: {coverage_check.ranges(lines)}")
+
+
 # ***** review *****
 
 @cli.command()
@@ -562,8 +599,11 @@ def promised_no_change() -> tuple[bool, str]:
 @click.option("--fail-on-drift", is_flag=True, help="Fail (exit 3) when outputs differ bit for bit, even within tolerance.")
 @click.option("--max-cost-increase", type=click.FloatRange(min=0), default=None,
               help="Fail (exit 1) when a changed kernel's static cost grows by more than this percentage.")
+@click.option("--coverage/--no-coverage", default=True, show_default=True,
+              help="Warn when changed lines of the system under test run in no capture's replay (measured with coverage.py).")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, junit, html, rerun, fail_on_drift, max_cost_increase, cmd):
+def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, junit, html, rerun, fail_on_drift, max_cost_increase, coverage,
+         cmd):
   """Capture (the bundled corpus, or CMD after --), replay on --base, and apply the CI policy: output mismatches fail
   (3); kernel changes fail (1) only if the change promised none; errors and incompatible captures fail (4)."""
   from replay import revisions
@@ -581,6 +621,10 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
   summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None,
                       expect_no_change or promised, allow_incompatible, rerun=rerun, fail_on_drift=fail_on_drift,
                       max_cost_increase=max_cost_increase)
+  if coverage:
+    try: click.echo("replay gate: " + coverage_of_change(store, store.captures(run_ids=[run_id]), summary.replay["base_commit"], jobs, timeout)[0],
+                    err=True)
+    except (RevisionError, ImportError) as e: click.echo(f"replay gate: coverage of the change not measured ({e})", err=True)
   exit_code = finish(store, summary, "text", None)
   if junit: pathlib.Path(junit).write_text(rpt.render(summary, "junit"))
   if html: pathlib.Path(html).write_text(rpt.render(summary, "html"))
