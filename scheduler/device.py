@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib, importlib, os, pathlib, shutil, sys, tempfile, weakref
 from typing import Any, Optional
 import numpy as np
-from scheduler.dtype import DType, to_np_dtype
+from scheduler.dtype import DType, to_np_dtype, _dtype_by_name
 
 
 class DeviceError(RuntimeError):
@@ -141,7 +141,6 @@ class Buffer:
 
 
 def _rebuild_buffer(device: str, size: int, dtype_name: str, data) -> Buffer:
-  from scheduler.dtype import _dtype_by_name
   buf = Buffer(device, size, _dtype_by_name(dtype_name))
   if data is not None: buf.allocate(np.array(data, copy=True))
   return buf

@@ -8,10 +8,10 @@ from __future__ import annotations
 import enum, functools, hashlib, inspect, itertools, math, threading, weakref
 from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
 from scheduler.dtype import DType, dtypes, ConstType
-from scheduler.helpers import prod, unwrap, TRACK_MATCH_STATS, Metadata
+from scheduler.helpers import prod, unwrap, TRACK_MATCH_STATS, PICKLE_BUFFERS, Metadata
+from scheduler.device import Buffer   # the device layer sits below the IR: it knows dtypes, not UOps
 if TYPE_CHECKING:
   from scheduler.shape.shapetracker import ShapeTracker
-  from scheduler.device import Buffer
 
 
 class Ops(enum.IntEnum):
@@ -155,6 +155,23 @@ def _sweep_dead(cache: dict) -> None:
   UOpMetaClass.sweep_at = max(1 << 14, 2 * len(cache))
 
 
+class _Above:
+  """What the modules above the IR provide to it. ops.py is the bottom layer of the compiler: the shape tracker,
+  the symbolic rules import it, never the reverse. The few UOp methods that need them (a node's view chain,
+  simplification and value ranges) call through this table, which each of those
+  modules fills with `provide(...)` when it is imported; importing the `scheduler` package imports them all."""
+  ShapeTracker: Any = None
+  symbolic: Any = None
+  render_expr: Any = None
+  min_max: Any = None
+
+
+def provide(**implementations: Any) -> None:
+  for name, impl in implementations.items():
+    if not hasattr(_Above, name): raise AttributeError(f"the IR has no use for {name!r}")
+    setattr(_Above, name, impl)
+
+
 # UOps of realized buffers map to the Buffer objects that hold their memory
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 # tensor-level metadata (which Tensor function built an op)
@@ -285,7 +302,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
   @functools.cached_property
   def st(self) -> Optional[ShapeTracker]:
     """The view chain of this node: its own for VIEW, movement ops and constants, else contiguous of its shape."""
-    from scheduler.shape.shapetracker import ShapeTracker
+    ShapeTracker = _Above.ShapeTracker
     op = self.op
     if op is Ops.VIEW: return self.arg
     if op in GroupOp.Movement: return unwrap(self.src[0].st).mop(op, self.arg)
@@ -343,7 +360,6 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   @property
   def buffer(self) -> Buffer:
-    from scheduler.device import Buffer
     if self.op is Ops.VIEW:
       if not self.st.contiguous: raise ValueError("VIEW of a buffer must be contiguous to get its Buffer")
       return self.src[0].buffer
@@ -377,9 +393,8 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     if isinstance(b, UOp): return b.unbind()[0] if b.op is Ops.BIND else b
     ret = UOp(Ops.CONST, dtype, arg=dtypes.as_const(b, dtype))
     if shape is not None:
-      from scheduler.shape.shapetracker import ShapeTracker
       # a constant of any shape is a broadcast scalar: every stride is 0
-      st = ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(tuple(shape))
+      st = _Above.ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(tuple(shape))
       ret = ret.replace(src=(UOp(Ops.VIEW, dtypes.void, (UOp(Ops.DEVICE, arg=device),) if device else (), st),))
     return ret
 
@@ -395,7 +410,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   @staticmethod
   def metaop(op: Ops, shape: tuple, dtype: DType, device: str, arg=None) -> UOp:
-    from scheduler.shape.shapetracker import ShapeTracker
+    ShapeTracker = _Above.ShapeTracker
     if op is Ops.CONST:
       if not isinstance(arg, UOp): return UOp.const(dtype, arg, device, ()).reshape((1,) * len(shape)).expand(shape)
       # a bound variable used as a tensor value
@@ -476,21 +491,18 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     return sorted(set.union(*st_vars, {x.unbind()[0] if x.op is not Ops.DEFINE_VAR else x for x in self.vars()}), key=lambda v: v.arg)
 
   def simplify(self) -> UOp:
-    from scheduler.symbolic import symbolic
-    with _no_tracking(): return graph_rewrite(self, symbolic)
+    with _no_tracking(): return graph_rewrite(self, _Above.symbolic)
 
   def ssimplify(self):
     ret = self.simplify()
     return ret.arg if ret.op is Ops.CONST else ret
 
   def render(self, simplify=True) -> str:
-    from scheduler.symbolic import render_expr
-    return render_expr(self.simplify() if simplify else self)
+    return _Above.render_expr(self.simplify() if simplify else self)
 
   @functools.cached_property
   def _min_max(self) -> tuple:
-    from scheduler.symbolic import min_max
-    return min_max(self)
+    return _Above.min_max(self)
 
   @property
   def vmin(self): return self._min_max[0]
@@ -507,9 +519,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
 
 
-def _pickle_buffers() -> bool:
-  from scheduler.helpers import PICKLE_BUFFERS
-  return bool(PICKLE_BUFFERS)
+def _pickle_buffers() -> bool: return bool(PICKLE_BUFFERS)
 
 
 def _uop_from_name(op_name: str, dtype: DType, src: tuple, arg: Any, buffer: Any = None) -> UOp:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math, operator
 from typing import Any, Optional
 from scheduler.dtype import DType, dtypes, truncate_const
+from scheduler import ops
 from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher
 
 
@@ -343,3 +344,6 @@ def render_expr(u: UOp) -> str:
   if u.op is Ops.MAX: return f"max({render_expr(u.src[0])}, {render_expr(u.src[1])})"
   if u.op is Ops.WHERE: return f"({render_expr(u.src[1])} if {render_expr(u.src[0])} else {render_expr(u.src[2])})"
   return f"{u.op.name}({', '.join(render_expr(s) for s in u.src)})"
+
+
+ops.provide(symbolic=symbolic, render_expr=render_expr, min_max=min_max)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 from scheduler.dtype import dtypes
+from scheduler import ops
 from scheduler.ops import UOp, Ops, sint_to_uop
 from scheduler.shape.view import View, unravel
 
@@ -149,3 +150,6 @@ def _terms(expr: UOp) -> list[UOp]:
     if u.op is Ops.ADD: todo.extend(reversed(u.src))
     else: terms.append(u)
   return terms
+
+
+ops.provide(ShapeTracker=ShapeTracker)

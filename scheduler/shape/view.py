@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 from scheduler.dtype import dtypes
 from scheduler.helpers import prod, all_int, flatten, ceildiv
-from scheduler.ops import UOp, Ops, resolve, smax, smin, sint_to_uop, sym_infer
+from scheduler.ops import UOp, Ops, resolve, smax, smin, sint_to_uop, sym_infer, _stable_repr
 
 
 def _is_one(extent) -> bool: return isinstance(extent, int) and extent == 1
@@ -104,7 +104,6 @@ class View:
   contiguous: bool
 
   def stable_repr(self) -> str:
-    from scheduler.ops import _stable_repr
     return f"View({_stable_repr(self.shape)},{_stable_repr(self.strides)},{_stable_repr(self.offset)},{_stable_repr(self.mask)})"
 
   @staticmethod
