@@ -12,7 +12,8 @@ def int_arith_negative() -> dict:
   wrapped = a.cast(dtypes.uint32)   # shifts are defined on unsigned integers: negative values wrap around first
   outs = [a // b, a % b, a * -3 + b, a // -3, a % 7, wrapped << 3, wrapped >> 5, (-a).cast(dtypes.uint32) >> 1, a.maximum(b) - a.minimum(b),
           (a.cast(dtypes.float32) / 3).cast(dtypes.int32), a.cast(dtypes.int8), a.cast(dtypes.uint8), (a * 3 // -2).abs(),
-          a.sign() * (a.abs() % 4), (a < b).where(a, -b)]
+          a.sign() * (a.abs() % 4), (a < b).where(a, -b),
+          a / b, (a % 5).exp2(), a * 0.5]   # integers promoted to float: true division, a float op, a float scalar
   Tensor.realize(*outs)
   return {"outputs": [o.numpy() for o in outs]}
 

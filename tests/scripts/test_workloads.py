@@ -82,8 +82,12 @@ def test_integer_workload_matches_numpy(device):
   expected = [trunc_div(a, b), np.mod(a, b), a * -3 + b, trunc_div(a, np.int32(-3)), np.mod(a, 7), wrapped << 3, wrapped >> 5,
               (-a).astype(np.uint32) >> 1, np.maximum(a, b) - np.minimum(a, b), np.trunc(a.astype(np.float32) / 3).astype(np.int32),
               a.astype(np.int8), a.astype(np.uint8), np.abs(trunc_div(a * 3, np.int32(-2))), np.sign(a) * (np.abs(a) % 4), np.where(a < b, a, -b)]
-  assert len(out) == len(expected)
+  promoted = [a.astype(np.float32) / b.astype(np.float32), np.exp2(np.mod(a, 5).astype(np.float32)), a.astype(np.float32) * 0.5]
+  assert len(out) == len(expected) + len(promoted)
   for i, (got, want) in enumerate(zip(out, expected)): np.testing.assert_array_equal(got, want, err_msg=f"output {i}")
+  for got, want in zip(out[len(expected):], promoted):
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
