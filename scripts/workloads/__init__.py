@@ -34,7 +34,7 @@ WORKLOADS: dict[str, Callable[[], dict]] = {
   "mlp_sgd": models.mlp_sgd, "cnn_adam": models.cnn_adam, "transformer_adamw": models.transformer_adamw,
   "symbolic_seq": models.symbolic_seq, "disk_state_dict": models.disk_state_dict,
   "int_arith_negative": edge_cases.int_arith_negative, "nested_views": edge_cases.nested_views,
-  "assign_orderings": edge_cases.assign_orderings,
+  "assign_orderings": edge_cases.assign_orderings, "big_reductions": edge_cases.big_reductions,
   **{f"ref_{r['name']}": _reference_workload(r) for r in reference_rows()},
 }
 

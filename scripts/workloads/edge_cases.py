@@ -48,3 +48,12 @@ def assign_orderings() -> dict:
   d.assign(d.T.contiguous() + d)      # an assign that reads its own target transposed, through a copy
   d.realize()
   return {"outputs": [read_before.numpy(), a.numpy(), b.numpy(), c.numpy(), d.numpy()]}
+
+
+def big_reductions() -> dict:
+  """Reductions long enough to be split in two kernels (SPLIT_REDUCEOP, REDUCEOP_SPLIT_THRESHOLD), which no model
+  workload reaches: a full sum and max, per-row sums of long rows, a root mean square."""
+  x = Tensor(np.random.default_rng(8).standard_normal(1 << 17).astype(np.float32)).realize()
+  outs = [x.sum(), x.max(), x.reshape(2, 1 << 16).sum(1), (x * x).mean().sqrt(), x.reshape(1 << 9, 1 << 8).sum(0)]
+  Tensor.realize(*outs)
+  return {"outputs": [o.numpy() for o in outs]}

@@ -101,3 +101,15 @@ def test_view_and_assign_workloads_match_numpy(device):
   a = np.arange(8, dtype=np.float32)
   expected = [a + 1, -a, 2 * a, 6 * -a, np.full((4, 4), 2, np.float32)]
   for got, want in zip(run_on(device, "assign_orderings")["outputs"], expected): np.testing.assert_array_equal(got, want)
+
+
+def test_big_reductions_match_numpy_and_split_by_default():
+  from scheduler import Tensor
+  from scheduler.helpers import Context
+  x = np.random.default_rng(8).standard_normal(1 << 17).astype(np.float32)
+  out = run_on("PYTHON", "big_reductions")["outputs"]
+  expected = [x.sum(), x.max(), x.reshape(2, 1 << 16).sum(1), np.sqrt((x.astype(np.float64) ** 2).mean()), x.reshape(1 << 9, 1 << 8).sum(0)]
+  for got, want in zip(out, expected): np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+  t = Tensor(x).realize()
+  assert len(t.sum().schedule()) == 2   # the corpus reaches the split rule...
+  with Context(SPLIT_REDUCEOP=0): assert len(t.sum().schedule()) == 1   # ...and its flag
