@@ -1,4 +1,4 @@
 """The replay database (SQLite through sqlite-utils). Imports nothing of the project."""
-from db.store import Store, StoreError, NoDatabase, BlobError, SCHEMA_VERSION, default_path
+from db.store import Store, StoreError, StoreWriteError, NoDatabase, BlobError, SCHEMA_VERSION, default_path
 
-__all__ = ["Store", "StoreError", "NoDatabase", "BlobError", "SCHEMA_VERSION", "default_path"]
+__all__ = ["Store", "StoreError", "StoreWriteError", "NoDatabase", "BlobError", "SCHEMA_VERSION", "default_path"]

@@ -21,6 +21,10 @@ class NoDatabase(StoreError):
   """There is no replay database at the path yet (a usage mistake, not a failure)."""
 
 
+class StoreWriteError(StoreError):
+  """The database could not be written (disk full, file size limit, I/O error); the write was rolled back."""
+
+
 class BlobError(StoreError):
   """One blob cannot be used (missing, corrupt, too large, or not what its hash says); other captures still can."""
 
@@ -149,13 +153,33 @@ class Store:
     except sqlite3.DatabaseError as e: raise StoreError(f"{self.path} is not a usable replay database: {e}") from e
 
   class _Tx:
-    def __init__(self, conn): self.conn = conn
-    def __enter__(self): self.conn.execute("BEGIN IMMEDIATE")
-    def __exit__(self, exc_type, *rest):
-      self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+    """One write transaction. A write the file system refuses (a full disk, a file size limit, an I/O error) is
+    rolled back and raised as a StoreWriteError naming the database: nothing half-written stays behind."""
+    def __init__(self, store: "Store"): self.store, self.conn = store, store.conn
+
+    def __enter__(self):
+      try: self.conn.execute("BEGIN IMMEDIATE")
+      except sqlite3.OperationalError as e: raise self.store.write_error(e) from e
+
+    def __exit__(self, exc_type, exc, tb):
+      if exc_type is None:
+        try:
+          self.conn.execute("COMMIT")
+          return False
+        except sqlite3.OperationalError as e: failure = e
+      else: failure = exc if isinstance(exc, sqlite3.OperationalError) else None
+      try: self.conn.execute("ROLLBACK")
+      except sqlite3.Error: pass
+      if failure is not None: raise self.store.write_error(failure) from failure
       return False
 
-  def transaction(self) -> "_Tx": return Store._Tx(self.conn)
+  def transaction(self) -> "_Tx": return Store._Tx(self)
+
+  def write_error(self, e: Exception) -> "StoreWriteError":
+    text = str(e)
+    hint = " (another process holds it locked)" if "locked" in text else \
+           " (is the disk full, or the file too large for its file system?)" if any(w in text for w in ("full", "I/O", "large")) else ""
+    return StoreWriteError(f"cannot write to {self.path}: {text}{hint}")
 
   # ***** blobs *****
 
@@ -214,7 +238,8 @@ class Store:
     sql = "INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) VALUES (?,?,?,?,?,?,?,?,?,?)"
     if in_sha in self._known_blobs and out_sha in self._known_blobs:
       # both payloads are stored already: one statement is its own transaction
-      return self.conn.execute(sql, row).lastrowid
+      try: return self.conn.execute(sql, row).lastrowid
+      except sqlite3.OperationalError as e: raise self.write_error(e) from e
     with self.transaction():
       self._put_blob(input_data, in_sha)
       self._put_blob(output_data, out_sha)

@@ -5,7 +5,7 @@ A thin click layer: selection, revisions, the runner and the reports do the work
 incompatible captures, or the harness itself failed.
 """
 from __future__ import annotations
-import json, os, pathlib, shutil, signal, subprocess, sys, time
+import json, os, pathlib, shutil, signal, sqlite3, subprocess, sys, time
 from typing import Optional
 import click
 from tabulate import tabulate
@@ -641,6 +641,9 @@ def main() -> None:
   except KeyboardInterrupt:
     click.echo("replay: interrupted", err=True)
     sys.exit(130)
+  except (StoreError, sqlite3.Error) as e:   # the database failed under a command (a full disk, an I/O error): one line, exit 4
+    click.echo(f"replay: error: {e}" if isinstance(e, StoreError) else f"replay: error: the database failed: {type(e).__name__}: {e}", err=True)
+    sys.exit(EXIT_HARNESS)
 
 
 if __name__ == "__main__": main()

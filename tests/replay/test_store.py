@@ -79,3 +79,54 @@ def test_a_schema_version_that_is_not_a_number_is_a_clear_error(tmp_path):
   s.conn.execute("UPDATE schema_version SET version = 'two'")
   s.close()
   with pytest.raises(StoreError, match="not a version number"): Store(str(tmp_path / "r.db"))
+
+
+FULL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # past the limit a write fails with EFBIG, as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+{body}
+"""
+
+
+def test_a_full_disk_is_one_clear_line_and_nothing_half_written(tmp_path):
+  import os, subprocess, sys
+  from tests.conftest import REPO
+  db = tmp_path / "r.db"
+  env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db)}
+  env.pop("CAPTURE_PROCESS_REPLAY", None)
+  subprocess.run([sys.executable, "-m", "replay", "capture", "--", sys.executable, "-m", "scripts.workloads", "--only", "mlp_sgd", "--no-variants"],
+                 cwd=REPO, env=env, check=True, capture_output=True)
+  run = FULL_DISK.format(limit=20000, body="sys.argv = ['replay', 'run', '--jobs', '1']\nfrom replay.cli import main\nmain()")
+  proc = subprocess.run([sys.executable, "-c", run], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 4 and proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
+  assert proc.stderr.startswith("replay: error: cannot ") and "disk" in proc.stderr and "Traceback" not in proc.stderr
+  s = Store(str(db))
+  assert s.integrity_ok() and len(s.captures()) > 0
+  # captures under a full disk: the program runs on, with one warning
+  capture = FULL_DISK.format(limit=40000, body="import numpy as np\nfrom scheduler import Tensor\n"
+                                               "for i in range(20): (Tensor(np.arange(64, dtype=np.float32)) * i).realize()\nprint('done')")
+  proc = subprocess.run([sys.executable, "-c", capture], cwd=REPO, env={**env, "CAPTURE_PROCESS_REPLAY": "1"}, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+  warnings = [line for line in proc.stderr.splitlines() if line.startswith("replay capture:")]
+  assert len(warnings) == 1 and "cannot write to" in warnings[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_commit_the_disk_refuses_is_rolled_back_and_named(tmp_path):
+  import sqlite3
+  from db import StoreWriteError
+  s = Store(str(tmp_path / "r.db"))
+  real = s.conn
+  run = s.add_run(argv="[]")
+
+  class FullDisk:
+    def execute(self, sql, *args):
+      if sql == "COMMIT": raise sqlite3.OperationalError("database or disk is full")
+      return real.execute(sql, *args)
+    def __getattr__(self, name): return getattr(real, name)
+  s.conn = FullDisk()
+  with pytest.raises(StoreWriteError, match=r"cannot write to .*r.db: database or disk is full \(is the disk full"):
+    s.add_capture(run, "exec", "k", "n", "loc", b"in", b"out", {})
+  s.conn = real
+  assert s.captures() == [] and s.blob_count() == 0 and not real.in_transaction   # rolled back, nothing half-written
