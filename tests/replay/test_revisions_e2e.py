@@ -182,3 +182,34 @@ def test_kernels_that_keep_values_but_cost_more_are_flagged_slower(repo, tmp_pat
   assert doc["slower"] and all(item["growth"] > 0 for item in doc["slower"])
   proc = cli("diff", "--base", "main", "--max-cost-increase", "5", db=db, cwd=repo)
   assert proc.returncode == 1 and "--max-cost-increase 5%" in proc.stdout, proc.stdout
+
+
+def test_sigterm_ends_the_replay_with_143_and_kills_a_worker_stuck_in_a_kernel(repo, tmp_path):
+  import os, signal, subprocess, time
+  from tests.conftest import REPO
+  def hang(r):
+    edit(r, "runtimes/cpu.py", "    if op is Ops.CONST: names[i] = render_const(x.arg, x.dtype)\n",
+         "    if op is Ops.CONST:\n      names[i] = render_const(x.arg, x.dtype)\n"
+         "      if x.arg == 4321.5: line('for (volatile int spin = 1; spin; ) {}')\n")
+  stuck = commit_on_a(repo, "stuck", hang)
+  git(repo, "checkout", "-q", "main")
+  script = tmp_path / "w.py"
+  script.write_text("import numpy as np\nfrom scheduler import Tensor\nx = Tensor(np.arange(8, dtype=np.float32)).realize()\n"
+                    "(x * 4321.5).realize()\n")
+  db = tmp_path / "r.db"
+  assert cli("capture", "--", sys.executable, str(script), db=db, cwd=repo).returncode == 0
+  env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db)}
+  proc = subprocess.Popen([sys.executable, "-m", "replay", "diff", "--base", stuck, "--timeout", "600", "--kind", "exec", "--jobs", "1"], cwd=repo,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  # wait until the worker is spinning in the kernel: a child process of the replay using the CPU
+  deadline = time.time() + 60
+  while time.time() < deadline:
+    children = subprocess.run(["pgrep", "-f", "replay.worker"], capture_output=True, text=True).stdout.split()
+    busy = [pid for pid in children if float((subprocess.run(["ps", "-o", "%cpu=", "-p", pid], capture_output=True, text=True).stdout or "0").strip() or 0) > 50]
+    if busy: break
+    time.sleep(0.5)
+  assert busy, "the worker never got stuck"
+  proc.send_signal(signal.SIGTERM)
+  assert proc.wait(timeout=30) == 143
+  time.sleep(0.5)
+  assert all(subprocess.run(["ps", "-p", pid], capture_output=True).returncode != 0 for pid in busy), "a stuck worker outlived the replay"
