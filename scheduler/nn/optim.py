@@ -56,7 +56,7 @@ class SGD(Optimizer):
   def _update(self, grads: list[Tensor]) -> list[Tensor]:
     velocities = self.b or [None] * len(self.params)
     for w, g, velocity in zip(self.params, grads, velocities):
-      step = g.contiguous() + self.wd * w.detach()
+      step = g + self.wd * w.detach()
       if velocity is not None:
         velocity.assign(self.momentum * velocity + step)
         step = step + self.momentum * velocity if self.nesterov else velocity

@@ -38,6 +38,29 @@ def test_sgd_matches_numpy(momentum, nesterov, wd):
   np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5)
 
 
+def _sgd_step_kernels(layers, image, **sgd_options) -> int:
+  params = nn.state.get_parameters(layers)
+  Tensor.realize(*params)
+  opt = SGD(params, **sgd_options)
+  with Tensor.train():
+    opt.zero_grad()
+    out = image
+    for layer in layers: out = layer(out).relu()
+    out.sum().backward()
+    return len(Tensor.schedule(*opt.schedule_step()))
+
+
+@pytest.mark.parametrize("layers,image,kernels", [
+  (lambda: [nn.Conv2d(3, 32, 3)], (2, 3, 4, 4), 3),
+  (lambda: [nn.Conv2d(3, 16, 3, bias=False), nn.Conv2d(16, 32, 2, bias=False)], (2, 3, 4, 4), 7),
+  (lambda: [nn.Conv2d(3, 4, 3, bias=False), nn.Conv2d(4, 8, 3, bias=False), nn.Conv2d(8, 16, 3, bias=False),
+            nn.Conv2d(16, 32, 3, bias=False)], (2, 3, 64, 64), 17)], ids=["1conv", "2convs", "4convs"])
+def test_sgd_step_over_convs_fuses_each_gradient_into_its_update(layers, image, kernels):
+  """Issue 12.8: the reference's counts; the gradient reduce runs inside the kernel that assigns the parameter
+  (one extra kernel per parameter when the optimizer forced the gradient contiguous)."""
+  assert _sgd_step_kernels(layers(), Tensor.empty(*image)) == kernels
+
+
 @pytest.mark.parametrize("wd", [0.0, 0.05])
 def test_adam_and_adamw_match_numpy(wd):
   make = (lambda p: Adam(p, lr=0.01)) if wd == 0 else (lambda p: AdamW(p, lr=0.01, weight_decay=wd))
