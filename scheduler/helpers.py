@@ -129,6 +129,18 @@ def unwrap(value: T | None) -> T:
   return value
 
 
+class computed_once:
+  """A property computed on first use and stored in the instance's __dict__ (later reads never reach the
+  descriptor). functools.cached_property does the same but takes a lock on every first use in Python 3.11,
+  which costs more than the scheduler's small computations themselves."""
+  def __init__(self, compute): self.compute, self.name, self.__doc__ = compute, compute.__name__, compute.__doc__
+  def __set_name__(self, owner, name): self.name = name
+  def __get__(self, obj, owner=None):
+    if obj is None: return self
+    value = obj.__dict__[self.name] = self.compute(obj)
+    return value
+
+
 class Metadata:
   """Which tensor function produced an op; rides on schedule items for the reader."""
   __slots__ = ("name", "caller", "backward")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum, functools, hashlib, inspect, itertools, math, threading, weakref
 from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
 from scheduler.dtype import DType, dtypes, ConstType
-from scheduler.helpers import prod, unwrap, TRACK_MATCH_STATS, PICKLE_BUFFERS, Metadata
+from scheduler.helpers import computed_once, prod, unwrap, TRACK_MATCH_STATS, PICKLE_BUFFERS, Metadata
 from scheduler.device import Buffer   # the device layer sits below the IR: it knows dtypes, not UOps
 if TYPE_CHECKING:
   from scheduler.shape.shapetracker import ShapeTracker
@@ -267,7 +267,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
        type(fields["arg"]) is type(self.arg) and fields["arg"] == self.arg: return self
     return UOp(fields["op"], fields["dtype"], fields["src"], fields["arg"])
 
-  @functools.cached_property
+  @computed_once
   def key(self) -> bytes:
     h = hashlib.sha256(f"{self.op.name}|{self.dtype!r}|{_stable_repr(self.arg)}".encode())
     for s in self.src: h.update(s.key)
@@ -278,7 +278,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   # ***** graph walking *****
 
-  @functools.cached_property
+  @computed_once
   def toposort(self) -> dict[UOp, None]:
     out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(self, False)]
@@ -299,7 +299,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   # ***** shape *****
 
-  @functools.cached_property
+  @computed_once
   def st(self) -> Optional[ShapeTracker]:
     """The view chain of this node: its own for VIEW, movement ops and constants, else contiguous of its shape."""
     ShapeTracker = _Above.ShapeTracker
@@ -344,7 +344,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   # ***** devices and buffers *****
 
-  @functools.cached_property
+  @computed_once
   def _device(self) -> Optional[str]:
     if self.op is Ops.DEVICE: return self.arg
     return next((d for s in self.src if (d := s._device) is not None), None)
@@ -500,7 +500,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
   def render(self, simplify=True) -> str:
     return _Above.render_expr(self.simplify() if simplify else self)
 
-  @functools.cached_property
+  @computed_once
   def _min_max(self) -> tuple:
     return _Above.min_max(self)
 

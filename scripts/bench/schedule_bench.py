@@ -84,14 +84,15 @@ def retained_bytes(lib, schedule_fn, layers: int) -> int:
   return after - before
 
 
-def time_schedule(lib, build, schedule_fn, reps=7):
+def time_schedule(lib, build, schedule_fn, reps=11):
+  """Median over `reps` runs after one untimed run (the first builds each library's pattern tables and caches)."""
   times, count = [], 0
-  for _ in range(reps):
+  for rep in range(reps + 1):
     outs = build(lib)
     sink = outs[0].lazydata.sink(*[t.lazydata for t in outs[1:]])
     t0 = time.perf_counter()
     sched = schedule_fn(sink)
-    times.append(time.perf_counter() - t0)
+    if rep: times.append(time.perf_counter() - t0)
     count = len(sched[0])
   return statistics.median(times), count
 
