@@ -3,8 +3,10 @@ which the harness (`replay/`, `db/`) is the current one and the system under tes
 worktree. The system under test is `[tool.replay] sut` in pyproject.toml (default scheduler, runtimes).
 """
 from __future__ import annotations
-import os, pathlib, re, shutil, subprocess
-from typing import Optional
+import contextlib, os, pathlib, re, shutil, subprocess
+from typing import Iterator, Optional
+try: import fcntl
+except ImportError: fcntl = None   # no POSIX locks (Windows): concurrent diffs of one new revision may race
 
 HARNESS_PACKAGES = ("replay", "db")
 DEFAULT_SUT = ("scheduler", "runtimes")
@@ -80,11 +82,29 @@ def _valid_worktree(path: pathlib.Path, sha: str) -> bool:
   except RevisionError: return False
 
 
+@contextlib.contextmanager
+def _cache_lock(root: pathlib.Path) -> Iterator[None]:
+  """Held while worktrees and overlays are made or removed: `git worktree prune` in one process would otherwise
+  delete the half-registered worktree another process is adding, and two processes would fight over links."""
+  folder = cache_root(root)
+  folder.mkdir(parents=True, exist_ok=True)
+  with open(folder / ".trees.lock", "a") as handle:
+    if fcntl is not None: fcntl.flock(handle, fcntl.LOCK_EX)
+    try: yield
+    finally:
+      if fcntl is not None: fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def worktree(sha: str, root: pathlib.Path) -> pathlib.Path:
   """A detached worktree of `sha`, made once and reused. It is built under a private name and moved into place
-  when complete, so a killed or concurrent `replay diff` never leaves (or uses) a half-made one."""
+  when complete, so a killed `replay diff` never leaves (or uses) a half-made one; concurrent ones take turns."""
   path = cache_root(root) / "worktrees" / sha
   if _valid_worktree(path, sha): return path
+  with _cache_lock(root): return _make_worktree(sha, root, path)
+
+
+def _make_worktree(sha: str, root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
+  if _valid_worktree(path, sha): return path   # another process made it while this one waited
   path.parent.mkdir(parents=True, exist_ok=True)
   git("worktree", "prune", cwd=str(root))
   building = path.parent / f".{sha}.{os.getpid()}"
@@ -104,6 +124,10 @@ def worktree(sha: str, root: pathlib.Path) -> pathlib.Path:
 def overlay(sha: str, root: pathlib.Path) -> pathlib.Path:
   """A folder whose packages are: the system under test from the worktree of `sha`, the harness from here."""
   tree = worktree(sha, root)
+  with _cache_lock(root): return _make_overlay(sha, root, tree)
+
+
+def _make_overlay(sha: str, root: pathlib.Path, tree: pathlib.Path) -> pathlib.Path:
   path = cache_root(root) / "overlays" / sha
   path.mkdir(parents=True, exist_ok=True)
   links = {pkg: tree / pkg for pkg in sut_packages()} | {pkg: harness_root() / pkg for pkg in HARNESS_PACKAGES}
@@ -124,7 +148,10 @@ def cached_trees(root: pathlib.Path) -> list[pathlib.Path]:
 
 def remove_cached_trees(root: pathlib.Path) -> int:
   """Remove every cached worktree and overlay (they are made again on demand); returns how many went."""
-  trees = cached_trees(root)
+  with _cache_lock(root): return _remove_trees(root, cached_trees(root))
+
+
+def _remove_trees(root: pathlib.Path, trees: list[pathlib.Path]) -> int:
   for path in trees:
     if path.parent.name == "worktrees":
       try: git("worktree", "remove", "--force", str(path), cwd=str(root))

@@ -213,3 +213,25 @@ def test_sigterm_ends_the_replay_with_143_and_kills_a_worker_stuck_in_a_kernel(r
   assert proc.wait(timeout=30) == 143
   time.sleep(0.5)
   assert all(subprocess.run(["ps", "-p", pid], capture_output=True).returncode != 0 for pid in busy), "a stuck worker outlived the replay"
+
+
+def test_concurrent_diffs_against_the_same_new_base_share_one_valid_worktree(repo, tmp_path):
+  """Issue 13.1: processes that make the worktree and overlay of one revision at the same moment all get a
+  complete checkout of it (none fails, none sees a half-made tree, no stray build folders remain)."""
+  import subprocess
+  from replay import revisions
+  git(repo, "checkout", "-q", "main")
+  sha = git(repo, "rev-parse", "HEAD")
+  cache = tmp_path / "cache"
+  script = ("import sys; from pathlib import Path; from replay import revisions; "
+            f"path = revisions.overlay({sha!r}, Path({str(repo)!r})); "
+            "print(sorted(p.name for p in path.iterdir()))")
+  env = {**__import__("os").environ, "REPLAY_CACHE_DIR": str(cache)}
+  procs = [subprocess.Popen([sys.executable, "-c", script], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for _ in range(6)]
+  results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+  assert all(code == 0 for code, _, _ in results), [err for code, _, err in results if code]
+  assert len({out for _, out, _ in results}) == 1 and "scheduler" in results[0][1]
+  tree = cache / "worktrees" / sha
+  assert revisions._valid_worktree(tree, sha)
+  assert sorted(p.name for p in (cache / "worktrees").iterdir()) == [sha]
