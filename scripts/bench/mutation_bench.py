@@ -47,7 +47,7 @@ MUTANTS = [
   bug("adam_no_bias_correction", OPT, "m_hat, v_hat = m / (1.0 - self.b1_t), v / (1.0 - self.b2_t)", "m_hat, v_hat = m, v / (1.0 - self.b2_t)"),
   bug("adamw_decay_sign", OPT, "direction = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w.detach()",
       "direction = m_hat / (v_hat.sqrt() + self.eps) - self.wd * w.detach()"),
-  bug("sgd_decay_sign", OPT, "step = g.contiguous() + self.wd * w.detach()", "step = g.contiguous() - self.wd * w.detach()"),
+  bug("sgd_decay_sign", OPT, "step = g + self.wd * w.detach()", "step = g - self.wd * w.detach()"),
   bug("batchnorm_momentum", NN, "self.running_mean.assign(self.running_mean * (1 - self.momentum) + mean.detach() * self.momentum)",
       "self.running_mean.assign(self.running_mean * (1 - self.momentum) + mean.detach() * (1 - self.momentum))"),
   bug("grad_sqrt", GRAD, "Ops.SQRT: lambda g, out: (g / (out * 2),)", "Ops.SQRT: lambda g, out: (g / (out * 3),)"),
