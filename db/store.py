@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -88,7 +88,12 @@ def _migrate_to_5(db: "sqlite_utils.Database") -> None:
   db["accepted"].create_index(["kind", "location", "fingerprint"], unique=True)
 
 
-MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5]
+def _migrate_to_6(db: "sqlite_utils.Database") -> None:
+  """A replay of one shard of the selection (`--shard I/N`) says which, so that `replay merge` can join N of them."""
+  db["replays"].add_column("shard", str)
+
+
+MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6]
 
 
 class Store:

@@ -105,6 +105,19 @@ def select_captures(store: Store, runs, kinds, names, location, ids) -> tuple[li
   return caps, (run_ids[0] if len(run_ids) == 1 else None)
 
 
+def shard_option(f):
+  return click.option("--shard", default=None, metavar="I/N",
+                      help="Replay only shard I of N of the selection (deterministic, disjoint); join the shards with `replay merge`.")(f)
+
+
+def take_shard(captures: list[dict], shard: Optional[str]) -> list[dict]:
+  if shard is None: return captures
+  from replay import shards
+  try: index, count = shards.parse(shard)
+  except shards.ShardError as e: raise click.UsageError(str(e)) from None
+  return shards.select(captures, index, count)
+
+
 def _tolerances(rtol, atol) -> Optional[dict]:
   if rtol is None and atol is None: return None
   from replay.compare import DEFAULT_TOLERANCES
@@ -114,11 +127,13 @@ def _tolerances(rtol, atol) -> Optional[dict]:
 def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], base_ref: Optional[str], merge_base: bool, jobs, timeout,
               max_changed, rtol, atol, expect_no_change: bool = False, allow_incompatible: bool = False,
               worker_memory: int = 8192, rerun: bool = False, fail_on_drift: bool = False,
-              max_cost_increase: Optional[float] = None) -> rpt.Summary:
+              max_cost_increase: Optional[float] = None, shard: Optional[str] = None) -> rpt.Summary:
   from replay.runner import replay_captures, RunOptions
   from replay import revisions
   from replay.capture import git_state
   if not captures: raise UsageMistake("the selection matched no captures")
+  captures = take_shard(captures, shard)
+  if not captures: raise UsageMistake(f"shard {shard} of the selection is empty (fewer captures than shards)")
   head, _ = git_state()
   if base_ref is None:
     path, fields = [str(revisions.harness_root())], {"base_ref": None, "base_commit": None}
@@ -132,6 +147,7 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   options = RunOptions(jobs=jobs or max(1, os.cpu_count() or 1), timeout=timeout, max_changed=max_changed, tolerances=_tolerances(rtol, atol),
                        memory_mb=worker_memory)
   # the policy is stored with the replay, so that `replay report` later gives the verdict this run gave
+  if shard is not None: fields["shard"] = "/".join(map(str, __import__("replay.shards").shards.parse(shard)))
   fields["policy"] = json.dumps({"expect_no_change": expect_no_change, "allow_incompatible": allow_incompatible, "max_changed": max_changed,
                                  "tolerances": options.tolerances, "fail_on_drift": fail_on_drift,
                                  "max_cost_increase": None if max_cost_increase is None else max_cost_increase / 100})
@@ -187,8 +203,12 @@ def _accept_file() -> pathlib.Path:
 
 def _with_acceptances(store: Store, summary: rpt.Summary) -> rpt.Summary:
   """The summary with the changes reviewers accepted (in the database and in the committed file) marked."""
+  return _with_acceptances_of(summary, store.accepted())
+
+
+def _with_acceptances_of(summary: rpt.Summary, stored: list[dict], also: frozenset = frozenset()) -> rpt.Summary:
   from replay import accept
-  try: summary.accepted = accept.accepted_keys(store.accepted(), _accept_file())
+  try: summary.accepted = accept.accepted_keys(stored, _accept_file()) | also
   except accept.AcceptFileError as e: raise UsageMistake(str(e)) from None
   summary.mark_accepted()
   return summary
@@ -218,14 +238,15 @@ def finish(store: Store, summary: rpt.Summary, fmt: str, output: Optional[str]) 
 
 @cli.command()
 @selection_options
+@shard_option
 @policy_options
-def run(runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_changed, expect_no_change, allow_incompatible, fail_on_drift,
+def run(runs, kinds, names, location, ids, shard, jobs, timeout, worker_memory, max_changed, expect_no_change, allow_incompatible, fail_on_drift,
         max_cost_increase, rtol, atol, fmt, output):
   """Replay captures against the working tree (a determinism check right after capturing)."""
   store = _store()
   caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
   summary = do_replay(store, caps, cap_run, None, False, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible,
-                      worker_memory, fail_on_drift=fail_on_drift, max_cost_increase=max_cost_increase)
+                      worker_memory, fail_on_drift=fail_on_drift, max_cost_increase=max_cost_increase, shard=shard)
   sys.exit(finish(store, summary, fmt, output))
 
 
@@ -235,15 +256,41 @@ def run(runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_cha
 @click.option("--rerun", is_flag=True, help="Also run the captured commands again with the base (and once more with the current tree, "
               "to tell nondeterminism from regressions) and compare the runs: catches frontend, autograd and flag-default changes.")
 @selection_options
+@shard_option
 @policy_options
-def diff(base, merge_base, rerun, runs, kinds, names, location, ids, jobs, timeout, worker_memory, max_changed, expect_no_change,
+def diff(base, merge_base, rerun, runs, kinds, names, location, ids, shard, jobs, timeout, worker_memory, max_changed, expect_no_change,
          allow_incompatible, fail_on_drift, max_cost_increase, rtol, atol, fmt, output):
   """Replay captures with the compiler of another revision; base is `-`, captured is `+` in the diffs."""
   store = _store()
   caps, cap_run = select_captures(store, runs, kinds, names, location, ids)
   summary = do_replay(store, caps, cap_run, base, merge_base, jobs, timeout, max_changed, rtol, atol, expect_no_change, allow_incompatible,
-                      worker_memory, rerun, fail_on_drift, max_cost_increase)
+                      worker_memory, rerun, fail_on_drift, max_cost_increase, shard)
   sys.exit(finish(store, summary, fmt, output))
+
+
+@cli.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(rpt.FORMATS), default="text", show_default=True, help="Report format on stdout.")
+@click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Also write the report to this file.")
+@click.option("--all", "show_all", is_flag=True, help="Show every group of differences, each in full (no truncation).")
+def merge(results, fmt, output, show_all):
+  """Join the shards of one replay (`run`/`diff --shard I/N`) into one report and one verdict. RESULTS are the shards'
+  databases (their latest replay) or JSON reports (`--format json --output`), in any order; a missing shard makes the
+  verdict INCOMPLETE (exit 4)."""
+  from replay import accept, shards
+  try: loaded = [shards.load(path) for path in results]
+  except shards.ShardError as e: raise UsageMistake(str(e)) from None
+  try: summary = shards.merge(loaded)
+  except shards.ShardError as e: raise UsageMistake(str(e)) from None
+  summary.show_all = show_all
+  # acceptances travel with the shards: the rows of shard databases, the marks of JSON reports
+  marked = frozenset(accept.key(o) for r in loaded for o in r.outcomes if o.get("accepted") is True and o["status"] == "changed")
+  summary = _with_acceptances_of(summary, [row for r in loaded for row in r.accepted], marked)
+  code, _ = summary.verdict()
+  text = rpt.render(summary, fmt)
+  echo_report(text, fmt)
+  if output: pathlib.Path(output).write_text(text)
+  sys.exit(code)
 
 
 # ***** browsing *****

@@ -8,7 +8,7 @@ dtypes, args and sources.
 from __future__ import annotations
 import difflib, hashlib, json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 import numpy as np
 from replay.cost import static_cost, growth
 

@@ -15,6 +15,7 @@ _SEVERITY_ORDER = ("mismatch", "error", "incompatible", "changed", "nondetermini
 KINDS = ("schedule", "kernel", "exec")
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE, EXIT_MISMATCH, EXIT_HARNESS = 0, 1, 2, 3, 4
 FORMATS = ("text", "markdown", "json", "junit", "html")
+JSON_SCHEMA = "replay-report/1"
 
 
 # every field below can come from a database someone else wrote: control characters (terminal escape sequences,
@@ -50,6 +51,7 @@ class Summary:
   view: dict = field(default_factory=dict)
   show_all: bool = False
   accepted: set = field(default_factory=set)   # (kind, location, fingerprint) of changes a reviewer accepted
+  missing_shards: list = field(default_factory=list)   # a merge of shards (replay/shards.py) without these shard numbers
 
   @staticmethod
   def from_row(replay: dict, outcomes: list[dict], capture_runs: Optional[list] = None) -> "Summary":
@@ -102,6 +104,8 @@ class Summary:
     code, line = self._policy_verdict()
     if (problem := self.capture_problem()):
       return EXIT_HARNESS, f"FAIL: {problem}, so its captures are incomplete; the replay of what was captured: {line}"
+    if self.missing_shards:
+      return EXIT_HARNESS, f"INCOMPLETE: shard{'s' if len(self.missing_shards) > 1 else ''} {', '.join(map(str, self.missing_shards))} missing from the merge; the shards given: {line}"
     if (missing := self.missing()):
       n = len(self.outcomes)
       return EXIT_HARNESS, f"INCOMPLETE: replayed {n} of {n + missing} selected captures (the replay did not finish); so far: {line}"
@@ -209,7 +213,9 @@ class Summary:
 def _title(s: Summary) -> str:
   r = s.replay
   base = f"base {r.get('base_ref') or 'working tree'}" + (f" ({str(r['base_commit'])[:10]})" if r.get("base_commit") else "")
-  return clean(f"replay {r['id']}: captures of run {r.get('capture_run_id')} against {base}")
+  which = f"replay {r['id']}" if r.get("id") is not None else "merged replay"
+  shard = f" (shard {r['shard']})" if r.get("shard") else ""
+  return clean(f"{which}{shard}: captures of run {r.get('capture_run_id')} against {base}")
 
 
 def _pct(fraction: float) -> str: return "+inf%" if fraction == float("inf") else f"+{fraction * 100:.0f}%"
@@ -305,8 +311,10 @@ def _metrics(raw) -> dict:
 
 def render_json(s: Summary) -> str:
   code, verdict = s.verdict()
-  doc = {"schema": "replay-report/1", "replay": {k: s.replay.get(k) for k in ("id", "capture_run_id", "base_ref", "base_commit", "head_commit",
-                                                                                  "started", "finished", "jobs")},
+  doc = {"schema": JSON_SCHEMA, "replay": {**{k: s.replay.get(k) for k in ("id", "capture_run_id", "base_ref", "base_commit", "head_commit",
+                                                                           "started", "finished", "jobs", "selected", "shard")},
+                                           "policy": _metrics(s.replay.get("policy"))},
+         "capture_runs": [{"id": r.get("id"), "exit_code": r.get("exit_code")} for r in s.capture_runs],
          "counts": s.counts, "totals": s.totals(), "exit_code": code, "verdict": verdict, "notes": s.notes(),
          "drift": s.drift(), "slower": [{"capture_id": o["capture_id"], "growth": g} for o, g in s.slower()],
          "outcomes": [{"capture_id": o["capture_id"], "kind": o["kind"], "name": o["name"], "location": o["location"], "status": o["status"],

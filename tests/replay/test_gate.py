@@ -110,13 +110,21 @@ def test_xdist_workers_capture_into_one_run_with_node_ids(tmp_path):
 
 
 def test_example_workflow_is_valid():
+  """Capture once, replay N shards in a matrix, merge into one verdict (issue 16.6)."""
   wf = yaml.safe_load((REPO / ".github" / "workflows" / "replay.yml").read_text())
-  steps = wf["jobs"]["replay"]["steps"]
-  text = json.dumps(steps)
-  assert any(s.get("uses", "").startswith("actions/checkout") and s.get("with", {}).get("fetch-depth") == 0 for s in steps)
-  assert any(s.get("uses", "").startswith("actions/setup-python") for s in steps)
-  assert "pip install" in text and "replay gate --base origin/main --merge-base" in text
-  assert any(s.get("uses", "").startswith("actions/upload-artifact") for s in steps)
+  jobs = wf["jobs"]
+  assert set(jobs) == {"capture", "shard", "merge"}
+  assert jobs["shard"]["needs"] == "capture" and jobs["merge"]["needs"] == "shard" and jobs["merge"]["if"] == "always()"
+  for steps in (j["steps"] for j in jobs.values()):
+    assert any(s.get("uses", "").startswith("actions/setup-python") for s in steps) and "pip install" in json.dumps(steps)
+  shard_steps = jobs["shard"]["steps"]
+  assert any(s.get("uses", "").startswith("actions/checkout") and s.get("with", {}).get("fetch-depth") == 0 for s in shard_steps)
+  assert jobs["shard"]["strategy"]["matrix"]["shard"] == list(range(1, int(wf["env"]["SHARDS"]) + 1))
+  shard_text, merge_text = json.dumps(shard_steps), json.dumps(jobs["merge"]["steps"])
+  assert "replay diff --base origin/main --merge-base --shard ${{ matrix.shard }}/$SHARDS" in shard_text and "--format json" in shard_text
+  assert "replay merge shard-*.json" in merge_text
+  assert "replay capture -- python -m scripts.workloads" in json.dumps(jobs["capture"]["steps"])
+  assert any(s.get("uses", "").startswith("actions/upload-artifact") for s in jobs["merge"]["steps"])
   triggers = wf.get("on", wf.get(True))  # YAML 1.1 reads the key `on` as true
   assert "pull_request" in triggers
 
