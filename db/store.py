@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -93,7 +93,15 @@ def _migrate_to_6(db: "sqlite_utils.Database") -> None:
   db["replays"].add_column("shard", str)
 
 
-MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6]
+def _migrate_to_7(db: "sqlite_utils.Database") -> None:
+  """Blobs a capture refers to besides its input and output: input buffers stored once for every capture that reads
+  the same contents. Pruning keeps a blob while any capture refers to it here."""
+  db["capture_blobs"].create({"capture_id": int, "sha256": str}, pk=("capture_id", "sha256"),
+                             foreign_keys=[("capture_id", "captures", "id"), ("sha256", "blobs", "sha256")])
+  db["capture_blobs"].create_index(["sha256"])
+
+
+MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7]
 
 
 class Store:
@@ -236,8 +244,12 @@ class Store:
     if self.blob_count() <= limit: self._known_blobs.update(r[0] for r in self.conn.execute("SELECT sha256 FROM blobs"))
 
   def add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes, output_data: bytes,
-                  flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None) -> int:
+                  flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None,
+                  shared_blobs: Optional[dict[str, bytes]] = None) -> int:
+    """Store a capture with its input and output payloads, and `shared_blobs` (sha256 -> bytes: input buffers the
+    payload refers to by hash), all in one transaction; blobs the file already holds are not written again."""
     in_sha, out_sha = input_sha or self.blob_sha(input_data), self.blob_sha(output_data)
+    if shared_blobs: return self._add_capture_with_shared(run_id, kind, key, name, location, input_data, output_data, flags, meta, in_sha, out_sha, shared_blobs)
     row = (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
            flags if isinstance(flags, str) else json.dumps(flags, sort_keys=True), json.dumps(meta) if meta else "{}")
     sql = "INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) VALUES (?,?,?,?,?,?,?,?,?,?)"
@@ -252,6 +264,28 @@ class Store:
     # only after the commit: a rolled-back blob must be written again next time
     self._known_blobs.update((in_sha, out_sha))
     return cur.lastrowid
+
+  def _add_capture_with_shared(self, run_id, kind, key, name, location, input_data, output_data, flags, meta, in_sha, out_sha,
+                               shared_blobs: dict[str, bytes]) -> int:
+    row = (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
+           flags if isinstance(flags, str) else json.dumps(flags, sort_keys=True), json.dumps(meta) if meta else "{}")
+    with self.transaction():
+      for sha, data in shared_blobs.items(): self._put_blob(data, sha)
+      self._put_blob(input_data, in_sha)
+      self._put_blob(output_data, out_sha)
+      capture_id = self.conn.execute("INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) "
+                                     "VALUES (?,?,?,?,?,?,?,?,?,?)", row).lastrowid
+      self.conn.executemany("INSERT OR IGNORE INTO capture_blobs (capture_id, sha256) VALUES (?, ?)", [(capture_id, sha) for sha in shared_blobs])
+    self._known_blobs.update((in_sha, out_sha, *shared_blobs))
+    return capture_id
+
+  def shared_blob_shas(self, capture_id: int) -> list[str]:
+    """The blobs (input buffers) capture `capture_id` refers to besides its input and output payloads."""
+    return [r[0] for r in self.conn.execute("SELECT sha256 FROM capture_blobs WHERE capture_id = ? ORDER BY sha256", (capture_id,))]
+
+  def shared_blobs(self, capture_id: int) -> dict[str, bytes]:
+    """The contents of the blobs `shared_blob_shas` names (each checked against its hash)."""
+    return {sha: self.get_blob(sha) for sha in self.shared_blob_shas(capture_id)}
 
   def latest_run_id(self) -> Optional[int]:
     """The latest run that captured something, not counting the harness's own reruns of a run (`diff --rerun`)."""
@@ -336,6 +370,7 @@ class Store:
         gone["outcomes"] = self.conn.execute(f"DELETE FROM outcomes WHERE capture_id IN ({ids})", run_ids).rowcount
         gone["replays"] = self.conn.execute(f"DELETE FROM replays WHERE capture_run_id IN ({marks}) OR "
                                             "id NOT IN (SELECT DISTINCT replay_id FROM outcomes)", run_ids).rowcount
+        self.conn.execute(f"DELETE FROM capture_blobs WHERE capture_id IN ({ids})", run_ids)
         gone["captures"] = self.conn.execute(f"DELETE FROM captures WHERE run_id IN ({marks})", run_ids).rowcount
         gone["runs"] = self.conn.execute(f"DELETE FROM runs WHERE id IN ({marks})", run_ids).rowcount
     gone["blobs"] = self.delete_unreferenced_blobs()
@@ -343,7 +378,8 @@ class Store:
 
   def delete_unreferenced_blobs(self) -> int:
     with self.transaction():
-      n = self.conn.execute("DELETE FROM blobs WHERE sha256 NOT IN (SELECT input_sha FROM captures UNION SELECT output_sha FROM captures)").rowcount
+      n = self.conn.execute("DELETE FROM blobs WHERE sha256 NOT IN (SELECT input_sha FROM captures UNION SELECT output_sha FROM captures "
+                            "UNION SELECT sha256 FROM capture_blobs)").rowcount
     self._known_blobs.clear()
     return n
 
@@ -362,7 +398,7 @@ class Store:
 
   def reset(self) -> None:
     with self.transaction():
-      for table in ("outcomes", "replays", "captures", "runs", "blobs", "accepted"): self.conn.execute(f"DELETE FROM {table}")
+      for table in ("outcomes", "replays", "capture_blobs", "captures", "runs", "blobs", "accepted"): self.conn.execute(f"DELETE FROM {table}")
     self.conn.execute("VACUUM")
 
   def integrity_ok(self) -> bool: return self.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

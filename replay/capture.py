@@ -9,7 +9,7 @@ import atexit, hashlib, json, os, platform, socket, subprocess, sys, threading, 
 from typing import Any, Optional
 import numpy as np
 from db import Store
-from replay import serialize
+from replay import buffers, serialize
 from replay.locations import current_region
 from replay.serialize import NON_COMPILER_FLAGS
 from scheduler.helpers import Context, ContextVar
@@ -134,10 +134,11 @@ def max_exec_bytes() -> int:
 
 # ***** payloads per kind *****
 
-def _exec_inputs(sink) -> tuple[dict, dict]:
-  """The contents of every realized buffer the graph reads; buffers above the cap by shape, dtype and hash only."""
+def _exec_inputs(sink) -> tuple[dict, dict, dict[str, bytes]]:
+  """The contents of every realized buffer the graph reads (constant fills by value, large buffers as blobs of their
+  own, returned third); buffers above the cap by shape, dtype and hash only."""
   from scheduler.ops import Ops
-  cap, contents, omitted = max_exec_bytes(), {}, []
+  cap, contents, omitted, shared = max_exec_bytes(), {}, [], {}
   for u in sink.toposort:
     if u.op is not Ops.BUFFER: continue
     # a DISK buffer holds its file's bytes even before anything maps it
@@ -147,8 +148,8 @@ def _exec_inputs(sink) -> tuple[dict, dict]:
       data = buf.numpy()
       contents[u] = {"omitted": True, "size": buf.size, "dtype": buf.dtype.name, "nbytes": buf.nbytes, "sha256": hashlib.sha256(data.tobytes()).hexdigest()}
       omitted.append(buf.nbytes)
-    else: contents[u] = buf.numpy()
-  return contents, {"omitted_buffers": len(omitted), "omitted_bytes": sum(omitted)} if omitted else {}
+    else: contents[u] = buffers.encode(buf.numpy(), shared)
+  return contents, ({"omitted_buffers": len(omitted), "omitted_bytes": sum(omitted)} if omitted else {}), shared
 
 
 # per thread, the last graph pickled and its bytes: a realize and its schedule share one graph
@@ -179,12 +180,13 @@ class CapturePoint:
     self.kind, self.meta = kind, {k: (v() if callable(v) else v) for k, v in meta.items()}
     self.output: Any = None
     self.has_output = False
+    self.shared: dict[str, bytes] = {}   # input buffers stored as blobs of their own, by sha256
     self.flags = ContextVar.snapshot()
     with Context(PICKLE_BUFFERS=0):
       if kind == "schedule": payload = {"graph_pickle": graph_bytes(inputs[0])}
       elif kind == "kernel": payload = {"ast": inputs[0], "device": inputs[1], "options": inputs[2]}
       elif kind == "exec":
-        contents, info = _exec_inputs(inputs[0])
+        contents, info, self.shared = _exec_inputs(inputs[0])
         payload = {"graph_pickle": graph_bytes(inputs[0]), "buffers": contents}
         self.meta.update(info)
       else: raise ValueError(f"unknown capture kind {kind!r}")
@@ -218,7 +220,7 @@ class CapturePoint:
       elif self.kind == "kernel":
         src, name, *options = self.output   # older compilers hand over (src, name) only
         output, self.name = {"src": src, "name": name, **({"options": options[0]} if options else {})}, name
-      else: output = {"outputs": list(self.output)}
+      else: output = {"outputs": [buffers.encode(o, self.shared) for o in self.output]}   # a step's outputs are the next one's inputs
       output_data = serialize.dumps(output)
     compiler = flags_json({k: v for k, v in self.flags.items() if k not in NON_COMPILER_FLAGS})
     # the content key: the hash of the input payload's hash and the compiler flags (the payload is hashed once)
@@ -226,4 +228,4 @@ class CapturePoint:
     key = hashlib.sha256(f"{in_sha}|{compiler}".encode()).hexdigest()
     store, run_id = SINK.get()
     store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data, flags_json(self.flags), self.meta,
-                      input_sha=in_sha)
+                      input_sha=in_sha, shared_blobs=self.shared)

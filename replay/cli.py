@@ -332,7 +332,7 @@ def _stored_summary(store: Store, replay_id: Optional[int], statuses=(), kinds=(
 def show(capture_id, replay_id, why, why_base, statuses, view_kinds, view_location):
   """Show one capture (its AST or source, flags, location, the last outcome's diff), or without CAPTURE_ID every
   difference of a replay in full, most severe first, selected with --status/--kind/--location."""
-  from replay import serialize
+  from replay import buffers, serialize
   from replay.compare import ast_text, schedule_text
   store = _store()
   if capture_id is None:
@@ -352,6 +352,7 @@ def show(capture_id, replay_id, why, why_base, statuses, view_kinds, view_locati
     elif value: click.echo(f"meta {value}")
   try:
     inp, out = serialize.loads(store.get_blob(cap["input_sha"])), serialize.loads(store.get_blob(cap["output_sha"]))
+    if cap["kind"] == "exec": out = buffers.decode_outputs(out, store.shared_blobs(cap["id"]))
     if cap["kind"] == "schedule": click.echo("\n" + schedule_text(out["asts"]))
     elif cap["kind"] == "kernel": click.echo(f"\ndevice {inp['device']}\n{ast_text(inp['ast'])}\n\n{out['src']}")
     else:

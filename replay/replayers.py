@@ -6,7 +6,7 @@ Runs inside a worker process. A capture that this revision cannot load or call i
 from __future__ import annotations
 import os, tempfile, time
 from typing import Any, Optional
-from replay import serialize
+from replay import buffers, serialize
 from replay.compare import Comparison, compare_schedule, compare_kernel, compare_exec
 from replay.serialize import NON_COMPILER_FLAGS
 
@@ -38,7 +38,7 @@ def flag_defaults() -> Optional[dict[str, int]]:
   except Exception: return None
 
 
-def _fresh_buffers(graph, contents: Optional[dict] = None, tmpdir: Optional[str] = None):
+def _fresh_buffers(graph, contents: Optional[dict] = None, tmpdir: Optional[str] = None, shared: Optional[dict[str, bytes]] = None):
   """The graph with every BUFFER replaced by a new one of this process (captured numbering would collide),
   filled with the captured contents where there are any. DISK files are replaced by temporary copies."""
   from scheduler.ops import UOp, Ops
@@ -60,11 +60,10 @@ def _fresh_buffers(graph, contents: Optional[dict] = None, tmpdir: Optional[str]
     # buffers are numbered per process: a new one may coincide with a captured one, which would merge the two
     while (new := UOp.new_buffer(device, u.size, u.dtype)) in taken: pass
     if u in contents:
-      data = contents[u]
-      if isinstance(data, dict) and data.get("omitted"):
-        raise Incompatible(f"input buffer of {data['nbytes']} bytes was recorded by hash only (above REPLAY_MAX_EXEC_BYTES)")
+      try: data = buffers.decode(contents[u], shared, u.size)
+      except buffers.BufferEntryError as e: raise Incompatible(str(e)) from None
       new.buffer.allocate()
-      new.buffer.copyin(data.reshape(-1))
+      new.buffer.copyin(data)
     mapping[u] = new
   return graph.substitute(mapping) if mapping else graph
 
@@ -89,10 +88,10 @@ def run_kernel_capture(inp: dict) -> dict:
   return out
 
 
-def run_exec_capture(inp: dict) -> dict:
+def run_exec_capture(inp: dict, shared: Optional[dict[str, bytes]] = None) -> dict:
   from scheduler.tensor import Tensor
   with tempfile.TemporaryDirectory(prefix="replay-disk-") as tmp:
-    graph = _fresh_buffers(graph_of(inp), inp["buffers"], tmp)
+    graph = _fresh_buffers(graph_of(inp), inp["buffers"], tmp, shared)
     tensors = [Tensor(s, device=s.device) for s in graph.src]
     Tensor.realize(*tensors)
     return {"outputs": [t.numpy() for t in tensors]}
@@ -133,7 +132,7 @@ COMPARE = {"schedule": compare_schedule, "kernel": compare_kernel, "exec": compa
 
 
 def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str, int], tolerances: Optional[dict] = None,
-               names: Optional[list] = None, trace: bool = False) -> dict:
+               names: Optional[list] = None, trace: bool = False, shared: Optional[dict[str, bytes]] = None) -> dict:
   """One capture's outcome: {status, reason, diff, metrics, compiler_seconds}; with `trace`, a schedule or exec
   capture is scheduled once more with rewrite tracing and the outcome carries the trace."""
   t0 = time.perf_counter()
@@ -145,10 +144,13 @@ def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str
       return {"status": "error", "reason": f"cannot trace this capture: {type(e).__name__}: {e}", "diff": "", "metrics": {}, "compiler_seconds": 0.0}
   try:
     inp, captured = load_payload(input_data), load_payload(output_data)
+    if kind == "exec":
+      try: captured = buffers.decode_outputs(captured, shared)
+      except buffers.BufferEntryError as e: raise Incompatible(f"captured output: {e}") from None
     load_s = time.perf_counter() - t0
     with _flag_context(flags):
       t1 = time.perf_counter()
-      try: replayed = RUNNERS[kind](inp)
+      try: replayed = run_exec_capture(inp, shared) if kind == "exec" else RUNNERS[kind](inp)
       except (ImportError, AttributeError) as e: raise Incompatible(f"this revision cannot run the capture: {type(e).__name__}: {e}") from e
       compiler_s = time.perf_counter() - t1
     result: Comparison = compare_exec(captured, replayed, tolerances, names) if kind == "exec" else COMPARE[kind](captured, replayed)

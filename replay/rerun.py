@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 from db import Store, BlobError
-from replay import serialize
+from replay import buffers, serialize
 from replay.compare import Comparison, compare_schedule, compare_kernel, compare_exec, output_names
 
 BOOT_DIR = pathlib.Path(__file__).resolve().parent / "sut_boot"
@@ -106,7 +106,9 @@ def pair_key(captures: list[dict]) -> dict[tuple, dict]:
 
 
 def _payload(store: Store, capture: dict):
-  return serialize.loads(store.get_blob(capture["output_sha"]))
+  payload = serialize.loads(store.get_blob(capture["output_sha"]))
+  if capture["kind"] != "exec": return payload
+  return buffers.decode_outputs(payload, store.shared_blobs(capture["id"]))
 
 
 def compare_captures(store: Store, mine: dict, theirs: dict, tolerances: Optional[dict]) -> Comparison:

@@ -55,14 +55,17 @@ class _Worker:
     self.deadline = 0.0
     self.ready = False
 
-  def send(self, capture: dict, input_data: bytes, output_data: bytes, tolerances, timeout: float, trace: bool = False) -> None:
+  def send(self, capture: dict, input_data: bytes, output_data: bytes, shared: dict[str, bytes], tolerances, timeout: float,
+           trace: bool = False) -> None:
+    """One capture to replay: a header, the input and output payloads, then the shared blobs the input refers to."""
     from replay.compare import output_names
     header = json.dumps({"capture_id": capture["id"], "kind": capture["kind"], "flags": json.loads(capture["flags"] or "{}"),
                          "tolerances": tolerances, "names": output_names(capture.get("meta")), "trace": trace,
-                         "input_len": len(input_data), "output_len": len(output_data)}).encode()
+                         "input_len": len(input_data), "output_len": len(output_data),
+                         "shared": [[sha, len(data)] for sha, data in shared.items()]}).encode()
     self.task, self.deadline = capture, time.monotonic() + timeout
     assert self.proc.stdin is not None
-    self.proc.stdin.write(struct.pack(">I", len(header)) + header + input_data + output_data)
+    self.proc.stdin.write(struct.pack(">I", len(header)) + header + input_data + output_data + b"".join(shared.values()))
     self.proc.stdin.flush()
 
   def messages(self) -> list[dict]:
@@ -172,7 +175,9 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
       return
     while pending:
       cap = pending.pop()
-      try: w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), options.tolerances, options.timeout, options.trace)
+      try:
+        w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), store.shared_blobs(cap["id"]), options.tolerances,
+               options.timeout, options.trace)
       except (BlobError, ValueError) as e:   # a bad blob or flags: an outcome of its own, the rest still replays
         record(cap, {"status": "error", "reason": f"{e}" if isinstance(e, BlobError) else f"capture {cap['id']} has unreadable flags: {e}"}, 0.0)
         continue

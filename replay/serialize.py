@@ -46,7 +46,7 @@ def _plain(dtype: np.dtype) -> np.dtype:
   return dtype
 
 
-def _plain_dtype(spec, align=False, copy=True) -> np.dtype:
+def plain_dtype(spec, align=False, copy=True) -> np.dtype:
   if not isinstance(spec, str): raise UnsafePickleError(f"capture payload builds a numpy dtype from {type(spec).__name__}")
   try: dtype = np.dtype(spec)
   except TypeError as e: raise UnsafePickleError(f"capture payload names numpy dtype {spec!r}: {e}") from e
@@ -73,10 +73,10 @@ def _plain_reconstruct(cls, shape, typecode):
 
 
 def _plain_scalar(dtype, raw=b""):
-  return np.frombuffer(raw, dtype=_plain(dtype), count=1)[0] if isinstance(dtype, np.dtype) else _plain_dtype(dtype)
+  return np.frombuffer(raw, dtype=_plain(dtype), count=1)[0] if isinstance(dtype, np.dtype) else plain_dtype(dtype)
 
 
-_NUMPY_FACTORIES = {"dtype": _plain_dtype, "_reconstruct": _plain_reconstruct, "scalar": _plain_scalar}
+_NUMPY_FACTORIES = {"dtype": plain_dtype, "_reconstruct": _plain_reconstruct, "scalar": _plain_scalar}
 
 
 class RestrictedUnpickler(pickle.Unpickler):

@@ -26,10 +26,11 @@ def test_corpus_fills_all_kinds_and_a_second_run_adds_no_blob(tmp_path):
   assert len(runs) == 2
   first, second = s.capture_counts(runs[0]), s.capture_counts(runs[1])
   assert first == second and all(first.get(k, 0) > 0 for k in ("schedule", "kernel", "exec"))
+  def blobs_of(captures): return {c["input_sha"] for c in captures} | {c["output_sha"] for c in captures} | \
+                                 {sha for c in captures for sha in s.shared_blob_shas(c["id"])}
   blobs_after_two = s.blob_count()
-  assert blobs_after_two == len({c["input_sha"] for c in s.captures()} | {c["output_sha"] for c in s.captures()})
-  first_blobs = {c["input_sha"] for c in s.captures(run_ids=[runs[0]])} | {c["output_sha"] for c in s.captures(run_ids=[runs[0]])}
-  assert blobs_after_two == len(first_blobs)
+  assert blobs_after_two == len(blobs_of(s.captures()))
+  assert blobs_after_two == len(blobs_of(s.captures(run_ids=[runs[0]])))
   run = s.run(runs[0])
   assert run["python"] and run["numpy"] and json.loads(run["argv"]) and "mlp_sgd" in run["argv"]
   loc = {c["location"] for c in s.captures(kinds=["exec"])}
