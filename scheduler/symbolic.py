@@ -275,16 +275,23 @@ def _div_fold(x: UOp, c: UOp):
 
 
 def _mod_fold(x: UOp, c: UOp):
+  """x % c with every term's coefficient (and the constant) taken modulo c: the sum stays congruent, so while it
+  stays non-negative the remainder is the same, and a sum whose range fits below c needs no % at all
+  ((i + 32*r) % 31 is i + r when i + r < 31)."""
   if not dtypes.is_int(x.dtype) or c.arg <= 0 or x.vmin < 0: return None
   if x.vmax < c.arg: return x
   terms = _split_terms(x)
-  keep = []
+  keep, changed = [], False
   for t in terms:
     base, k = _term_coeff(t)
     if t.op is Ops.CONST:
       if t.arg % c.arg: keep.append(t.const_like(t.arg % c.arg))
-    elif k % c.arg != 0: keep.append(t)
-  if len(keep) == len(terms): return None
+      changed |= t.arg % c.arg != t.arg
+    elif (reduced := k % c.arg) != 0:
+      keep.append(t if reduced == k else (base * reduced if reduced != 1 else base))
+      changed |= reduced != k
+    else: changed = True
+  if not changed: return None
   rem = _sum(keep, x.dtype)
   if rem.vmin < 0: return None
   return rem if rem.vmax < c.arg else rem % c
@@ -312,6 +319,14 @@ def _fold_by_constant_divisor(root: UOp) -> Optional[UOp]:
   return (_div_fold if root.op is Ops.IDIV else _mod_fold)(root.src[0], divisor)
 
 
+def _fold_max_by_range(a: UOp, b: UOp) -> Optional[UOp]:
+  """max(a, b) is a when a's range lies above b's (and b when below): bounds of closed-form counts fold away."""
+  if any(s.op in {Ops.LOAD, Ops.INDEX} for x in (a, b) for s in x.toposort): return None
+  if a.vmin >= b.vmax: return a
+  if b.vmin >= a.vmax: return b
+  return None
+
+
 def _constant_to_the_right(root: UOp) -> Optional[UOp]:
   left, right = root.src
   return root.replace(src=(right, left)) if left.op is Ops.CONST and right.op is not Ops.CONST else None
@@ -323,6 +338,7 @@ def _index_folds(root: UOp) -> Optional[UOp]:
   if root.op is Ops.MUL and (out := _fold_constant_products(root)) is not None: return out
   if root.op is Ops.ADD and (out := _combine_terms(root)) is not None: return out
   if root.op in (Ops.IDIV, Ops.MOD) and (out := _fold_by_constant_divisor(root)) is not None: return out
+  if root.op is Ops.MAX and dtypes.is_int(root.dtype) and (out := _fold_max_by_range(*root.src)) is not None: return out
   if root.op in GroupOp.Commutative: return _constant_to_the_right(root)
   return None
 

@@ -6,6 +6,7 @@ Sits between the scheduler (which makes the AST) and a renderer (`runtimes/cpu.p
 program depends on nothing about the device: the same AST always lowers to the same instructions.
 """
 from __future__ import annotations
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 from scheduler.dtype import DType, dtypes
@@ -89,9 +90,7 @@ class _Lowerer:
     return self.vars[name]
 
   def view_exprs(self, st: ShapeTracker) -> tuple[int, int]:
-    ranges = [UOp.const(dtypes.int32, 0) if _is_one(s) else UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), sint_to_uop(s)), i)
-              for i, s in enumerate(st.shape)]
-    idx, valid = st.to_indexed_uops(ranges)
+    idx, valid = st.to_indexed_uops(_ranges(st.shape))
     return self.index_expr(idx.simplify()), self.index_expr(valid.simplify())
 
   def define_global(self, g: UOp) -> int:
@@ -139,6 +138,7 @@ class _Lowerer:
     red_op, axes = u.arg
     in_shape = u.src[0].shape
     loop_axes = [a for a in axes if not _is_one(in_shape[a])]
+    if red_op is Ops.ADD and len(loop_axes) == 1 and (closed := self.counted_sum(u, loop_axes[0], in_shape)) is not None: return closed
     identity = self.const(identity_element(red_op, u.dtype), u.dtype)
     inner = in_shape[loop_axes[-1]] if loop_axes else None
     unroll = REDUCE_UNROLL if isinstance(inner, int) and inner % REDUCE_UNROLL == 0 and inner >= 2 * REDUCE_UNROLL else 1
@@ -165,6 +165,34 @@ class _Lowerer:
     while len(accs) > 1: accs = [self.emit(red_op, u.dtype, (a, b)) for a, b in zip(accs[::2], accs[1::2])]
     return accs[0]
 
+  def counted_sum(self, u: UOp, axis: int, shape: tuple) -> Optional[int]:
+    """A sum over one axis of a constant where a view is valid (arange, cumsum and tril masks are such sums) is the
+    constant times the number of valid positions: count them in closed form instead of looping (linear, not
+    quadratic, work). Only where that is exact: integer and bool constants, and float constants that are powers of
+    two (or zero) over fewer than 2**24 positions; the valid range must be an interval of the reduce index."""
+    src = u.src[0]
+    if src.op is not Ops.WHERE or src.dtype != u.dtype: return None
+    cond, value, zero = src.src
+    if cond.op is not Ops.VALID or value.op is not Ops.CONST or zero.op is not Ops.CONST or zero.arg != 0: return None
+    extent = shape[axis]
+    if dtypes.is_float(u.dtype) and not (_exact_multiplier(value.arg) and isinstance(extent, int) and extent < 2 ** 24): return None
+    if not (dtypes.is_int(u.dtype) or dtypes.is_float(u.dtype)): return None
+    st: ShapeTracker = cond.src[0].arg
+    ranges = _ranges(st.shape)
+    if not isinstance(ranges[axis], UOp) or ranges[axis].op is not Ops.RANGE: return None
+    _, valid = st.to_indexed_uops(ranges)
+    interval = _interval_of(valid.simplify(), ranges[axis], sint_to_uop(extent))
+    if interval is None: return None
+    low, high, elsewhere = interval
+    count = (high.minimum(sint_to_uop(extent)) - low.maximum(0)).maximum(0)
+    if elsewhere is not None: count = elsewhere.where(count, 0)
+    n = self.index_expr(count.simplify())
+    if dtypes.is_int(u.dtype):
+      n = self.emit(Ops.CAST, u.dtype, (n,)) if u.dtype != dtypes.int32 else n
+      return n if value.arg == 1 else self.emit(Ops.MUL, u.dtype, (n, self.const(value.arg, u.dtype)))
+    n = self.emit(Ops.CAST, u.dtype, (n,))
+    return n if value.arg == 1.0 else self.emit(Ops.MUL, u.dtype, (n, self.const(value.arg, u.dtype)))
+
   def accumulate(self, u: UOp, red_op: Ops, acc: int) -> None:
     self.emit(Ops.ASSIGN, u.dtype, (acc, self.emit(red_op, u.dtype, (acc, self.value(u.src[0])))))
 
@@ -176,6 +204,54 @@ class _Lowerer:
 
 
 def _is_one(s) -> bool: return isinstance(s, int) and s == 1
+
+
+def _ranges(shape: tuple) -> list[UOp]:
+  """The index of each axis of a view: the loop over it (RANGE with the axis as arg), or 0 for an axis of size 1."""
+  return [UOp.const(dtypes.int32, 0) if _is_one(s) else UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), sint_to_uop(s)), i)
+          for i, s in enumerate(shape)]
+
+
+def _exact_multiplier(value) -> bool:
+  """Whether value * n equals n additions of value for every integer n < 2**24 (in float32 and wider)."""
+  if value == 0: return True
+  mantissa, _ = math.frexp(abs(value))
+  return mantissa == 0.5 and math.isfinite(value)
+
+
+def _conjuncts(cond: UOp) -> list[UOp]:
+  return _conjuncts(cond.src[0]) + _conjuncts(cond.src[1]) if cond.op is Ops.AND else [cond]
+
+
+def _interval_of(valid: UOp, index: UOp, extent: UOp) -> Optional[tuple[UOp, UOp, Optional[UOp]]]:
+  """`valid` as `low <= index < high` (and a condition not involving index), when every clause that involves the
+  index is `index + rest < k` or its negation; None for any other shape."""
+  lows, highs, others = [UOp.const(dtypes.int32, 0)], [extent], []
+  for clause in _conjuncts(valid):
+    if clause.op is Ops.CONST:
+      if clause.arg: continue
+      return UOp.const(dtypes.int32, 0), UOp.const(dtypes.int32, 0), None
+    if index not in clause.toposort:
+      others.append(clause)
+      continue
+    negated = clause.op is Ops.CMPNE and clause.src[1].op is Ops.CONST and clause.src[1].arg is True
+    compare = clause.src[0] if negated else clause
+    if compare.op is not Ops.CMPLT or index in compare.src[1].toposort: return None
+    terms = _terms(compare.src[0])
+    if sum(1 for t in terms if t is index) != 1 or any(index in t.toposort for t in terms if t is not index): return None
+    bound = compare.src[1]
+    for t in terms:
+      if t is not index: bound = bound - t
+    (lows if negated else highs).append(bound)
+  low, high = lows[0], highs[0]
+  for b in lows[1:]: low = low.maximum(b)
+  for b in highs[1:]: high = high.minimum(b)
+  elsewhere = None
+  for clause in others: elsewhere = clause if elsewhere is None else (elsewhere & clause)
+  return low, high, elsewhere
+
+
+def _terms(x: UOp) -> list[UOp]: return _terms(x.src[0]) + _terms(x.src[1]) if x.op is Ops.ADD else [x]
 
 
 def lower(ast: UOp) -> Program:
