@@ -134,36 +134,57 @@ class _Lowerer:
     self.scopes[-1][u] = ret
     return ret
 
-  def reduce(self, u: UOp) -> int:
+  def reduce(self, u: UOp) -> int: return self.reduce_lanes(u, [None])[0]
+
+  def in_lane(self, lane: Optional["_Lane"], fn, ranges: Optional[dict[int, int]] = None):
+    """Run fn with a lane's scope and ranges on top (None: the current ones), then, with `ranges`, a fresh scope
+    for values that hold only inside the current loop iteration."""
+    pushed = 0
+    if lane is not None:
+      self.scopes.append(lane.scope)
+      self.ranges.append(lane.ranges)
+      pushed += 1
+    if ranges is not None:
+      self.scopes.append({})
+      self.ranges.append(ranges)
+      pushed += 1
+    try: return fn()
+    finally:
+      for _ in range(pushed):
+        self.scopes.pop()
+        self.ranges.pop()
+
+  def reduce_lanes(self, u: UOp, lanes: list[Optional["_Lane"]]) -> list[int]:
+    """The reduce for each lane (one output element per lane, see `store_upcast`), in one loop nest: every lane
+    keeps its own accumulators, so each output sums in the same order as without lanes."""
     red_op, axes = u.arg
     in_shape = u.src[0].shape
     loop_axes = [a for a in axes if not _is_one(in_shape[a])]
-    if red_op is Ops.ADD and len(loop_axes) == 1 and (closed := self.counted_sum(u, loop_axes[0], in_shape)) is not None: return closed
+    if red_op is Ops.ADD and len(loop_axes) == 1:
+      first = self.in_lane(lanes[0], lambda: self.counted_sum(u, loop_axes[0], in_shape))
+      if first is not None: return [first] + [self.in_lane(lane, lambda: self.counted_sum(u, loop_axes[0], in_shape)) for lane in lanes[1:]]
     identity = self.const(identity_element(red_op, u.dtype), u.dtype)
     inner = in_shape[loop_axes[-1]] if loop_axes else None
     unroll = REDUCE_UNROLL if isinstance(inner, int) and inner % REDUCE_UNROLL == 0 and inner >= 2 * REDUCE_UNROLL else 1
     # the innermost reduce loop keeps `unroll` independent accumulators, so consecutive adds do not wait on each other
-    accs = [self.emit(Ops.DEFINE_ACC, u.dtype, (identity,)) for _ in range(unroll)]
+    accs = [[self.emit(Ops.DEFINE_ACC, u.dtype, (identity,)) for _ in range(unroll)] for _ in lanes]
     opened = self.open_loops(loop_axes[:-1] if unroll > 1 else loop_axes, in_shape)
-    if unroll == 1: self.accumulate(u, red_op, accs[0])
+    if unroll == 1:
+      for lane, mine in zip(lanes, accs): self.in_lane(lane, lambda: self.accumulate(u, red_op, mine[0]), {})
     else:
       last = loop_axes[-1]
-      self.scopes.append({})
-      self.ranges.append({})
       rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), self.const(inner // unroll, dtypes.int32)), last)
       base = self.emit(Ops.MUL, dtypes.int32, (rng, self.const(unroll, dtypes.int32)))
-      for k, acc in enumerate(accs):
-        self.scopes.append({})
-        self.ranges.append({last: self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32)))})
-        self.accumulate(u, red_op, acc)
-        self.scopes.pop()
-        self.ranges.pop()
+      for k in range(unroll):
+        step = self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32)))
+        for lane, mine in zip(lanes, accs): self.in_lane(lane, lambda: self.accumulate(u, red_op, mine[k]), {last: step})
       self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
-      self.scopes.pop()
-      self.ranges.pop()
     self.close_loops(opened)
-    while len(accs) > 1: accs = [self.emit(red_op, u.dtype, (a, b)) for a, b in zip(accs[::2], accs[1::2])]
-    return accs[0]
+    out = []
+    for mine in accs:
+      while len(mine) > 1: mine = [self.emit(red_op, u.dtype, (a, b)) for a, b in zip(mine[::2], mine[1::2])]
+      out.append(mine[0])
+    return out
 
   def counted_sum(self, u: UOp, axis: int, shape: tuple) -> Optional[int]:
     """A sum over one axis of a constant where a view is valid (arange, cumsum and tril masks are such sums) is the
@@ -201,6 +222,49 @@ class _Lowerer:
     idx, valid = self.view_exprs(st)
     val = self.value(s.src[2])
     self.emit(Ops.STORE, dtypes.void, (self.define_global(s.src[0]), idx, valid, val))
+
+  def store_upcast(self, s: UOp, axes: list[int], axis: int, lanes: int) -> None:
+    """Output upcasting: the loop over `axis` steps by `lanes` and computes that many neighbouring outputs per
+    iteration. Their reduces share one loop nest (each load of an operand that does not depend on `axis` serves
+    every lane, and the lanes' independent adds and loads along `axis` vectorize); then each lane stores."""
+    shape = s.src[1].arg.shape
+    opened = self.open_loops([a for a in axes if a != axis], shape)
+    rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), self.const(shape[axis] // lanes, dtypes.int32)), axis)
+    base = self.emit(Ops.MUL, dtypes.int32, (rng, self.const(lanes, dtypes.int32)))
+    lane_list = [_Lane({}, {axis: self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32)))}) for k in range(lanes)]
+    for red in (u for u in s.src[2].toposort if u.op is Ops.REDUCE_AXIS):
+      for lane, result in zip(lane_list, self.reduce_lanes(red, lane_list)): lane.scope[red] = result
+    for lane in lane_list: self.in_lane(lane, lambda: self.store(s))
+    self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
+    self.close_loops(opened)
+
+
+@dataclass
+class _Lane:
+  """One of the outputs an upcast loop iteration computes: its values so far and the index of the upcast axis."""
+  scope: dict
+  ranges: dict
+
+
+UPCAST_LANES = (8, 4)   # outputs per iteration of the upcast axis, the first that divides its extent
+
+
+def upcast_choice(s: UOp, axes: list[int]) -> tuple[Optional[int], int]:
+  """(axis, lanes) to upcast for a store, or (None, 1): only stores that reduce, and only when every reduce's result
+  varies along output axes alone (a reduce nested in another's loop is lowered where it is used). The axis is the
+  output's unit-stride axis when its extent allows, else the innermost axis that does."""
+  shape = s.src[1].arg.shape
+  reduces = [u for u in s.src[2].toposort if u.op is Ops.REDUCE_AXIS]
+  if not reduces or any(len(r.shape) != len(shape) or any(not _is_one(d) and d != shape[a] for a, d in enumerate(r.shape)) for r in reduces):
+    return None, 1
+  def lanes_for(axis: int) -> int:
+    extent = shape[axis]
+    return next((n for n in UPCAST_LANES if isinstance(extent, int) and extent % n == 0 and extent >= n), 1)
+  strides = s.src[1].arg.real_strides()
+  ordered = sorted(axes, key=lambda a: (strides[a] != 1, -a))
+  for axis in ordered:
+    if (n := lanes_for(axis)) > 1: return axis, n
+  return None, 1
 
 
 def _is_one(s) -> bool: return isinstance(s, int) and s == 1
@@ -261,7 +325,12 @@ def lower(ast: UOp) -> Program:
   stores = [s for s in ast.src if s.op is Ops.STORE]
   for s in stores:
     out_shape = s.src[1].arg.shape
-    opened = lw.open_loops([i for i, d in enumerate(out_shape) if not _is_one(d)], out_shape)
+    axes = [i for i, d in enumerate(out_shape) if not _is_one(d)]
+    axis, lanes = upcast_choice(s, axes)
+    if axis is not None:
+      lw.store_upcast(s, axes, axis, lanes)
+      continue
+    opened = lw.open_loops(axes, out_shape)
     lw.store(s)
     lw.close_loops(opened)
   globals_ = [(g.arg, g.dtype.base, g.dtype.size) for g in sorted({u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}, key=lambda g: g.arg)]

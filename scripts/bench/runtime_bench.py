@@ -1,5 +1,12 @@
-"""The CPU device against numpy, side by side in one run (warm: compile excluded): a 256x256 matmul, a
-long elementwise chain and a large sum; then the per-kernel time of lowering and rendering."""
+"""Kernel speed of the CPU device, side by side in one run (warm: compile excluded, best of N): matmul 256 and
+512, conv2d 32x32 16->32, a long elementwise chain, a large sum, a softmax, and arange(131072). Against numpy
+(pinned to one thread, as our kernels are single-threaded) and, when importable, tinygrad's CPU device (the bench
+installs nothing). Then the per-kernel time of lowering and rendering.
+
+    python -m scripts.bench.runtime_bench
+"""
+import os
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[_var] = "1"   # before numpy loads BLAS
 import time
 import numpy as np
 
@@ -13,35 +20,80 @@ def best(fn, reps=7) -> float:
   return min(times)
 
 
+def conv2d_numpy(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+  """A 'valid' 2-d convolution (cross-correlation) as one matmul over the 3x3 windows."""
+  n, c, h, wd = x.shape
+  k = w.shape[2]
+  windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))   # n, c, h-k+1, w-k+1, k, k
+  return np.einsum("nchwij,ocij->nohw", windows, w, optimize=True)
+
+
+def cases(rng):
+  a256, b256 = rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32)
+  a512, b512 = rng.standard_normal((512, 512)).astype(np.float32), rng.standard_normal((512, 512)).astype(np.float32)
+  x, w = rng.standard_normal((1, 16, 32, 32)).astype(np.float32), rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+  v = rng.standard_normal(1 << 22).astype(np.float32)
+  s = rng.standard_normal((512, 1024)).astype(np.float32)
+  def softmax(m): e = np.exp(m - m.max(1, keepdims=True)); return e / e.sum(1, keepdims=True)
+  # name: (numpy, inputs, program over tensors of the inputs)
+  return {
+    "matmul 256": (lambda: a256 @ b256, (a256, b256), lambda A, B: A @ B),
+    "matmul 512": (lambda: a512 @ b512, (a512, b512), lambda A, B: A @ B),
+    "conv2d 32x32 16->32": (lambda: conv2d_numpy(x, w), (x, w), lambda X, W: X.conv2d(W)),
+    "elementwise 4M": (lambda: np.maximum((v * 2 + 1) * v - 0.5, 0), (v,), lambda V: ((V * 2 + 1) * V - 0.5).relu()),
+    "sum 4M": (lambda: v.sum(), (v,), lambda V: V.sum()),
+    "softmax 512x1024": (lambda: softmax(s), (s,), lambda S: S.softmax(1)),
+    "arange 131072": (lambda: np.arange(131072, dtype=np.float32), (), lambda: None),
+  }
+
+
+def time_library(lib, run_schedule, inputs, program, name) -> float:
+  """Best time of running the schedule of `program` (built once, realized inputs) on lib's CPU device."""
+  Tensor = lib.Tensor
+  if name.startswith("arange"):
+    make = lambda: Tensor.arange(131072).float().contiguous()
+  else:
+    realized = [Tensor(i).realize() for i in inputs]
+    make = lambda: program(*realized)
+  sched = make().schedule()
+  run_schedule(sched)   # compile and warm
+  return best(lambda: run_schedule(sched))
+
+
 def main():
-  from scheduler import Tensor, Device
+  import scheduler
   from scheduler.realize import run_schedule
   from scheduler.codegen.lowerer import lower
   from runtimes.cpu import render_c
-  Device.DEFAULT = "CPU"
+  scheduler.Device.DEFAULT = "CPU"
+  peer = None
+  try:
+    import tinygrad  # optional peer; never a dependency
+    from tinygrad.engine.realize import run_schedule as peer_run
+    tinygrad.Device.DEFAULT = "CPU"
+    peer = (tinygrad, lambda sched: peer_run(list(sched)))
+  except Exception: pass
   rng = np.random.default_rng(0)
-  a, b = rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32)
-  v = rng.standard_normal(1 << 22).astype(np.float32)
-  ta, tb, tv = Tensor(a).realize(), Tensor(b).realize(), Tensor(v).realize()
-  cases = {
-    "matmul 256x256": (lambda: a @ b, lambda: ta @ tb),
-    "elementwise chain 4M": (lambda: np.maximum((v * 2 + 1) * v - 0.5, 0), lambda: (((tv * 2 + 1) * tv - 0.5).relu())),
-    "sum 4M": (lambda: v.sum(), lambda: tv.sum()),
-  }
   asts = []
-  for name, (np_fn, t_fn) in cases.items():
-    sched = t_fn().schedule()  # the schedule for this program, run repeatedly: only the kernels are timed
-    asts += [si.ast for si in sched if si.ast.op.name == "SINK"]
-    run_schedule(sched)  # compile + warm
-    ours, theirs = best(lambda: run_schedule(sched)), best(np_fn)
-    print(f"{name:<22} numpy {theirs * 1e3:8.2f} ms   CPU device {ours * 1e3:8.2f} ms   ratio {ours / theirs:5.2f}x")
+  for name, (np_fn, inputs, program) in cases(rng).items():
+    ours = time_library(scheduler, run_schedule, inputs, program, name)
+    if not name.startswith("arange"):
+      asts += [si.ast for si in program(*[scheduler.Tensor(i).realize() for i in inputs]).schedule() if si.ast.op.name == "SINK"]
+    line = f"{name:<20} numpy(1 thread) {best(np_fn) * 1e3:8.2f} ms   ours {ours * 1e3:8.2f} ms"
+    if peer is not None:
+      try:
+        theirs = time_library(peer[0], peer[1], inputs, program, name)
+        line += f"   tinygrad {theirs * 1e3:8.2f} ms   ratio ours/tinygrad {ours / theirs:5.2f}"
+      except Exception as e: line += f"   tinygrad failed: {type(e).__name__}"
+    else: line += "   (tinygrad not installed: no ratio)"
+    print(line, flush=True)
   t0 = time.perf_counter()
-  reps = 20
+  reps = 10
   for _ in range(reps):
     for ast in asts: render_c(lower(ast))
   per = (time.perf_counter() - t0) / (reps * len(asts))
   print(f"lowering + rendering: {per * 1e3:.2f} ms per kernel (mean over {len(asts)} kernels x {reps})")
-  print("goal: CPU device within 3x of numpy on the elementwise chain and the sum")
+  print("goals (issue 16): matmul <= 1.5x tinygrad, conv2d <= 2x, elementwise/sum/softmax no slower than before, arange < 50 ms")
 
 
 if __name__ == "__main__": main()
