@@ -51,6 +51,7 @@ class _Lowerer:
     self.ranges: list[dict[int, int]] = [{}]
     self.vars: dict[str, int] = {}
     self.globals: dict[int, int] = {}
+    self.view_cache: dict[ShapeTracker, tuple[UOp, UOp]] = {}
 
   def emit(self, op: Ops, dtype: DType, src: tuple[int, ...] = (), arg: Any = None) -> int:
     self.instrs.append(Instr(op, dtype, src, arg))
@@ -90,8 +91,12 @@ class _Lowerer:
     return self.vars[name]
 
   def view_exprs(self, st: ShapeTracker) -> tuple[int, int]:
-    idx, valid = st.to_indexed_uops(_ranges(st.shape))
-    return self.index_expr(idx.simplify()), self.index_expr(valid.simplify())
+    # the simplified expressions are over RANGE nodes of the axes, the same for every lane and unroll step of a
+    # loop: simplify each view once, emit it per scope
+    if (exprs := self.view_cache.get(st)) is None:
+      idx, valid = st.to_indexed_uops(_ranges(st.shape))
+      exprs = self.view_cache[st] = (idx.simplify(), valid.simplify())
+    return self.index_expr(exprs[0]), self.index_expr(exprs[1])
 
   def define_global(self, g: UOp) -> int:
     if g.arg not in self.globals: self.globals[g.arg] = self.emit(Ops.DEFINE_GLOBAL, g.dtype, (), g.arg)
@@ -156,7 +161,8 @@ class _Lowerer:
 
   def reduce_lanes(self, u: UOp, lanes: list[Optional["_Lane"]]) -> list[int]:
     """The reduce for each lane (one output element per lane, see `store_upcast`), in one loop nest: every lane
-    keeps its own accumulators, so each output sums in the same order as without lanes."""
+    keeps its own accumulators (one per unroll step; with many lanes only one, which changes the summation order
+    of floats, not the sum)."""
     red_op, axes = u.arg
     in_shape = u.src[0].shape
     loop_axes = [a for a in axes if not _is_one(in_shape[a])]
@@ -166,6 +172,7 @@ class _Lowerer:
     identity = self.const(identity_element(red_op, u.dtype), u.dtype)
     inner = in_shape[loop_axes[-1]] if loop_axes else None
     unroll = REDUCE_UNROLL if isinstance(inner, int) and inner % REDUCE_UNROLL == 0 and inner >= 2 * REDUCE_UNROLL else 1
+    if len(lanes) > MAX_UNROLLED_LANES: unroll = 1
     # the innermost reduce loop keeps `unroll` independent accumulators, so consecutive adds do not wait on each other
     accs = [[self.emit(Ops.DEFINE_ACC, u.dtype, (identity,)) for _ in range(unroll)] for _ in lanes]
     opened = self.open_loops(loop_axes[:-1] if unroll > 1 else loop_axes, in_shape)
@@ -223,19 +230,27 @@ class _Lowerer:
     val = self.value(s.src[2])
     self.emit(Ops.STORE, dtypes.void, (self.define_global(s.src[0]), idx, valid, val))
 
-  def store_upcast(self, s: UOp, axes: list[int], axis: int, lanes: int) -> None:
-    """Output upcasting: the loop over `axis` steps by `lanes` and computes that many neighbouring outputs per
-    iteration. Their reduces share one loop nest (each load of an operand that does not depend on `axis` serves
-    every lane, and the lanes' independent adds and loads along `axis` vectorize); then each lane stores."""
+  def store_upcast(self, s: UOp, axes: list[int], upcasts: list[tuple[int, int]]) -> None:
+    """Output upcasting: the loops over the upcast axes step by their lane counts, and one iteration computes the
+    whole tile of neighbouring outputs. Their reduces share one loop nest (an operand load that does not depend on
+    an upcast axis serves every lane of it; the lanes' independent adds and loads along the unit-stride axis
+    vectorize); then each lane stores."""
     shape = s.src[1].arg.shape
-    opened = self.open_loops([a for a in axes if a != axis], shape)
-    rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), self.const(shape[axis] // lanes, dtypes.int32)), axis)
-    base = self.emit(Ops.MUL, dtypes.int32, (rng, self.const(lanes, dtypes.int32)))
-    lane_list = [_Lane({}, {axis: self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32)))}) for k in range(lanes)]
+    upcast_axes = [axis for axis, _ in upcasts]
+    opened = self.open_loops([a for a in axes if a not in upcast_axes], shape)
+    lane_indices: list[list[tuple[int, int]]] = [[]]
+    loops = []
+    for axis, lanes in reversed(upcasts):   # the first upcast axis (unit stride) innermost: its lanes sit next to each other
+      rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), self.const(shape[axis] // lanes, dtypes.int32)), axis)
+      loops.append(rng)
+      base = self.emit(Ops.MUL, dtypes.int32, (rng, self.const(lanes, dtypes.int32)))
+      steps = [self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32))) for k in range(lanes)]
+      lane_indices = [done + [(axis, step)] for done in lane_indices for step in steps]
+    lane_list = [_Lane({}, dict(index)) for index in lane_indices]
     for red in (u for u in s.src[2].toposort if u.op is Ops.REDUCE_AXIS):
       for lane, result in zip(lane_list, self.reduce_lanes(red, lane_list)): lane.scope[red] = result
     for lane in lane_list: self.in_lane(lane, lambda: self.store(s))
-    self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
+    for rng in reversed(loops): self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
     self.close_loops(opened)
 
 
@@ -246,25 +261,35 @@ class _Lane:
   ranges: dict
 
 
-UPCAST_LANES = (8, 4)   # outputs per iteration of the upcast axis, the first that divides its extent
+UPCAST_LANES = (8, 4)        # outputs per iteration along the first upcast axis: the first that divides its extent
+SECOND_UPCAST_LANES = (4, 2)  # along a second output axis (a tile of up to 32 outputs)
+MAX_UNROLLED_LANES = 8        # with more lanes than this, reduces keep one accumulator per lane (registers run out)
 
 
-def upcast_choice(s: UOp, axes: list[int]) -> tuple[Optional[int], int]:
-  """(axis, lanes) to upcast for a store, or (None, 1): only stores that reduce, and only when every reduce's result
-  varies along output axes alone (a reduce nested in another's loop is lowered where it is used). The axis is the
-  output's unit-stride axis when its extent allows, else the innermost axis that does."""
+def upcast_choice(s: UOp, axes: list[int]) -> list[tuple[int, int]]:
+  """[(axis, lanes)] to upcast for a store, at most two axes, or []: only stores that reduce, and only when every
+  reduce's result varies along output axes alone (a reduce nested in another's loop is lowered where it is used).
+  The first axis is the output's unit-stride axis when its extent allows, else the innermost axis that does; the
+  second is the innermost other axis whose extent allows it."""
   shape = s.src[1].arg.shape
   reduces = [u for u in s.src[2].toposort if u.op is Ops.REDUCE_AXIS]
   if not reduces or any(len(r.shape) != len(shape) or any(not _is_one(d) and d != shape[a] for a, d in enumerate(r.shape)) for r in reduces):
-    return None, 1
-  def lanes_for(axis: int) -> int:
+    return []
+  def lanes_for(axis: int, choices: tuple) -> int:
     extent = shape[axis]
-    return next((n for n in UPCAST_LANES if isinstance(extent, int) and extent % n == 0 and extent >= n), 1)
+    return next((n for n in choices if isinstance(extent, int) and extent % n == 0 and extent >= n), 1)
   strides = s.src[1].arg.real_strides()
-  ordered = sorted(axes, key=lambda a: (strides[a] != 1, -a))
-  for axis in ordered:
-    if (n := lanes_for(axis)) > 1: return axis, n
-  return None, 1
+  chosen: list[tuple[int, int]] = []
+  for axis in sorted(axes, key=lambda a: (strides[a] != 1, -a)):
+    if (n := lanes_for(axis, UPCAST_LANES)) > 1:
+      chosen.append((axis, n))
+      break
+  if chosen:
+    for axis in sorted((a for a in axes if a != chosen[0][0]), key=lambda a: -a):
+      if (n := lanes_for(axis, SECOND_UPCAST_LANES)) > 1:
+        chosen.append((axis, n))
+        break
+  return chosen
 
 
 def _is_one(s) -> bool: return isinstance(s, int) and s == 1
@@ -326,9 +351,8 @@ def lower(ast: UOp) -> Program:
   for s in stores:
     out_shape = s.src[1].arg.shape
     axes = [i for i, d in enumerate(out_shape) if not _is_one(d)]
-    axis, lanes = upcast_choice(s, axes)
-    if axis is not None:
-      lw.store_upcast(s, axes, axis, lanes)
+    if (upcasts := upcast_choice(s, axes)):
+      lw.store_upcast(s, axes, upcasts)
       continue
     opened = lw.open_loops(axes, out_shape)
     lw.store(s)

@@ -57,3 +57,43 @@ def test_mod_takes_coefficients_modulo_the_divisor():
   assert ((i + r * 32) % 16).simplify().render() == "i"   # 32r vanishes; i < 16
   wide = Variable("w", 0, 40)
   assert "%" in ((i + wide * 32) % 31).simplify().render()   # i + w can reach 31: the % stays
+
+
+def accumulators(t: Tensor) -> int:
+  return max(sum(1 for i in lower(si.ast).instrs if i.op is Ops.DEFINE_ACC) for si in t.schedule() if si.ast.op is Ops.SINK)
+
+
+def test_a_matmul_computes_a_tile_of_outputs_per_iteration():
+  assert accumulators(Tensor.empty(64, 64) @ Tensor.empty(64, 64)) == 32    # 4 rows x 8 columns
+  assert accumulators(Tensor.empty(3, 5) @ Tensor.empty(5, 7)) == 1         # no extent divides: one output at a time
+  assert accumulators(Tensor.empty(64) + 1) == 0                            # nothing reduces: nothing to upcast
+
+
+rng = np.random.default_rng(5)
+X, W = rng.standard_normal((2, 4, 10, 12)).astype(np.float32), rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+S, I = rng.standard_normal((16, 40)).astype(np.float32), rng.integers(-50, 50, (24, 16)).astype(np.int32)
+MATMULS = {f"matmul_{m}x{k}x{n}": (rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32))
+           for m, k, n in [(16, 16, 16), (8, 24, 32), (12, 7, 20), (30, 8, 6), (1, 64, 8), (64, 3, 2)]}
+
+
+def _softmax(m): return np.exp(m - m.max(1, keepdims=True)) / np.exp(m - m.max(1, keepdims=True)).sum(1, keepdims=True)
+
+
+CASES = {**{name: (lambda a=a, b=b: Tensor(a) @ Tensor(b), a @ b) for name, (a, b) in MATMULS.items()},
+         "conv2d": (lambda: Tensor(X).conv2d(Tensor(W)),
+                    np.einsum("nchwij,ocij->nohw", np.lib.stride_tricks.sliding_window_view(X, (3, 3), axis=(2, 3)), W)),
+         "softmax_rows": (lambda: Tensor(S).softmax(1), _softmax(S)),
+         "layernorm": (lambda: Tensor(S).layernorm(), (S - S.mean(-1, keepdims=True)) / np.sqrt(S.var(-1, keepdims=True) + 1e-5)),
+         "int_sum_cols": (lambda: Tensor(I).sum(0), I.sum(0)),
+         "max_rows": (lambda: Tensor(S).max(1), S.max(1))}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(CASES))
+def test_upcast_kernels_match_numpy_and_the_other_device(device, name):
+  """Tiles of 8, 4x8, 8x2 outputs, and extents no lane count divides, against numpy and the other runtime."""
+  make, expect = CASES[name]
+  got = on(device, lambda: make().contiguous())
+  other = on("PYTHON" if device == "CPU" else device, lambda: make().contiguous())
+  np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(got, other, rtol=1e-5, atol=1e-5)
