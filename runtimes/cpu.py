@@ -7,12 +7,16 @@ from __future__ import annotations
 import ctypes, functools, math, os, re, shutil, subprocess
 from typing import Callable
 from scheduler.dtype import DType, dtypes
-from scheduler.device import HostDevice, Buffer, cached_build, find_c_compiler, DeviceError
+from scheduler.device import HostDevice, Buffer, build_all, find_c_compiler, DeviceError
 from scheduler.ops import UOp, Ops
 from scheduler.codegen.lowerer import lower, Program
 from scheduler import hooks
 
-CFLAGS = ("-O2", "-shared", "-fPIC", "-fwrapv", "-std=c11", "-ffp-contract=off")
+# Portable on purpose (no -march=native: a kernel built here runs, and replays, on any x86-64/arm64 host of the same
+# compiler). -nostdlib -lgcc links no C runtime start files or libc: a kernel calls only math functions, which the
+# Python process has loaded, and compiler helpers (half floats), which libgcc has; it takes a third off every build.
+CFLAGS = ("-O2", "-shared", "-fPIC", "-fwrapv", "-std=c11", "-ffp-contract=off", "-nostdlib")
+LIBS = ("-lgcc",)
 
 
 @functools.cache
@@ -54,10 +58,29 @@ class CPUDevice(HostDevice):
   def compile_options(self) -> dict: return compile_options()
 
   def compile(self, ast: UOp, name: str) -> Callable:
-    src, prg = self.render(ast)
-    name = prg.name
+    result = self.compile_many([ast])[0]
+    if isinstance(result, Exception): raise result
+    return result
+
+  def compile_many(self, asts: list[UOp]) -> list[Callable | Exception]:
+    """Kernels rendered here, in order, then built in parallel (one compiler process per core); a kernel that fails
+    is its exception in the result, the others still build."""
+    rendered: list[tuple[str, Program] | Exception] = []
+    for ast in asts:
+      try: rendered.append(self.render(ast))
+      except Exception as e: rendered.append(e)
     # the cache key holds the flags and the compiler, so a kernel built by another compiler or flags is not reused
-    lib_path = cached_build("cpu", src + "\n// " + " ".join(CFLAGS) + "\n// " + compiler_identity(), _compile_c)
+    keys = [None if isinstance(r, Exception) else r[0] + "\n// " + " ".join(CFLAGS + LIBS) + "\n// " + compiler_identity() for r in rendered]
+    paths = build_all("cpu", keys, _compile_c)
+    out: list[Callable | Exception] = []
+    for r, path in zip(rendered, paths):
+      if isinstance(r, Exception): out.append(r)
+      elif isinstance(path, Exception): out.append(path)
+      else: out.append(self._load(path, r[1]))
+    return out
+
+  def _load(self, lib_path, prg: Program) -> Callable:
+    name = prg.name
     lib = ctypes.CDLL(str(lib_path))
     self._libs.append(lib)
     fxn = getattr(lib, name)
@@ -76,7 +99,7 @@ class CPUDevice(HostDevice):
 def _compile_c(src: str, out_path: str) -> None:
   cc = find_c_compiler()
   if cc is None: raise DeviceError("no C compiler found; set CC or use DEVICE=PYTHON")
-  proc = subprocess.run([cc, *CFLAGS, "-x", "c", "-", "-o", out_path, "-lm"], input=src.encode(), capture_output=True)
+  proc = subprocess.run([cc, *CFLAGS, "-x", "c", "-", "-o", out_path, *LIBS], input=src.encode(), capture_output=True)
   if proc.returncode != 0:
     raise DeviceError(f"C compiler failed ({cc}):\n{proc.stderr.decode(errors='replace')[-2000:]}")
 

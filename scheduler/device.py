@@ -4,7 +4,7 @@ base classes and on-disk cache that the runtimes implement.
 Sits below the scheduler's realize step; the scheduler only ever names devices as strings.
 """
 from __future__ import annotations
-import hashlib, importlib, os, pathlib, shutil, sys, tempfile, weakref
+import atexit, concurrent.futures, hashlib, importlib, os, pathlib, shutil, sys, tempfile, threading, time, weakref
 from typing import Any, Optional
 import numpy as np
 from scheduler.dtype import DType, to_np_dtype, _dtype_by_name
@@ -166,12 +166,72 @@ def cached_build(kind: str, source: str, build) -> pathlib.Path:
   folder = cache_dir() / kind
   folder.mkdir(parents=True, exist_ok=True)
   path = folder / f"{digest}.so"
-  if not path.exists():
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    os.close(fd)
-    try:
-      build(source, tmp)
-      os.replace(tmp, path)  # atomic: a concurrent builder never sees a half-written file
-    finally:
-      if os.path.exists(tmp): os.unlink(tmp)
+  if path.exists():
+    BUILDS.record(built=False)
+    return path
+  t0 = time.perf_counter()
+  fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+  os.close(fd)
+  try:
+    build(source, tmp)
+    os.replace(tmp, path)  # atomic: a concurrent builder never sees a half-written file
+  finally:
+    if os.path.exists(tmp): os.unlink(tmp)
+  BUILDS.record(built=True, seconds=time.perf_counter() - t0)
   return path
+
+
+def build_all(kind: str, sources: list[Optional[str]], build) -> list[pathlib.Path | Exception | None]:
+  """`cached_build` of many sources at once, in parallel threads (each build is a compiler process); a failure is
+  that source's exception, a None source stays None."""
+  todo = [i for i, src in enumerate(sources) if src is not None]
+  out: list[pathlib.Path | Exception | None] = [None] * len(sources)
+  def one(i: int):
+    try: out[i] = cached_build(kind, sources[i], build)   # type: ignore[arg-type]
+    except Exception as e: out[i] = e
+  workers = min(len(todo), os.cpu_count() or 1)
+  if workers <= 1:
+    for i in todo: one(i)
+  else:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool: list(pool.map(one, todo))
+  return out
+
+
+class BuildStats:
+  """Kernels built and found in the cache by this process. With COMPILE_PROGRESS=1 the builds are reported on
+  stderr as they happen (one updating line on a terminal, a line every 50 builds otherwise) and summed up at exit."""
+  def __init__(self):
+    self.lock = threading.Lock()
+    self.built = self.cached = 0
+    self.seconds = 0.0
+    self.reported_at = 0.0
+    self.registered = False
+
+  def record(self, built: bool, seconds: float = 0.0) -> None:
+    with self.lock:
+      if built: self.built, self.seconds = self.built + 1, self.seconds + seconds
+      else: self.cached += 1
+      if os.getenv("COMPILE_PROGRESS", "0") in ("", "0"): return
+      if not self.registered:
+        self.registered = True
+        atexit.register(self.summary)
+      if built: self._progress()
+
+  def _progress(self) -> None:
+    terminal = sys.stderr.isatty()
+    now = time.monotonic()
+    if terminal and now - self.reported_at > 0.2:
+      self.reported_at = now
+      sys.stderr.write(f"\rcompiling kernels: {self.built} built ({self.seconds:.1f} s of compiler time), {self.cached} from the cache ")
+      sys.stderr.flush()
+    elif not terminal and self.built % 50 == 0:
+      sys.stderr.write(f"compiling kernels: {self.built} built so far ({self.seconds:.1f} s of compiler time), {self.cached} from the cache\n")
+
+  def summary(self) -> None:
+    if self.built or self.cached:
+      lead = "\r" if sys.stderr.isatty() else ""
+      sys.stderr.write(f"{lead}compiled {self.built} kernels ({self.seconds:.1f} s of compiler time, {os.cpu_count() or 1} in parallel), "
+                       f"{self.cached} from the cache {cache_dir()}\n")
+
+
+BUILDS = BuildStats()

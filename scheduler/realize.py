@@ -37,8 +37,23 @@ def _run_copy(dest: Buffer, src: Buffer) -> None:
   dest.mem[:] = src.mem
 
 
+def compile_ahead(schedule: list) -> None:
+  """Build every kernel of the schedule that is not built yet before the first one runs, all of a device at once
+  (the CPU device runs one compiler per core). A kernel that fails to build is left out: it fails, with its own
+  message, when its turn comes."""
+  todo: dict[str, dict[bytes, UOp]] = {}
+  for si in schedule:
+    if si.ast.op is Ops.SINK and (si.bufs[0].device, si.ast.key) not in _program_cache:
+      todo.setdefault(si.bufs[0].device, {})[si.ast.key] = si.ast
+  for device, asts in todo.items():
+    if len(asts) < 2 or not hasattr(Device[device], "compile_many"): continue
+    for ast, prg in zip(asts.values(), Device[device].compile_many(list(asts.values()))):
+      if not isinstance(prg, Exception): _program_cache[(device, ast.key)] = prg
+
+
 def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None) -> None:
   var_vals = var_vals or {}
+  compile_ahead(schedule)
   for si in schedule:
     stats["kernels"] += 1
     for b in si.bufs: b.ensure_allocated()

@@ -10,7 +10,15 @@ VENV="${VENV:-.venv}"
 if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
 "$VENV/bin/python" -m pip install -q -e .
 PY="$VENV/bin/python"
-"$PY" -m replay capture -- "$PY" -m scripts.workloads
+CACHE="${COMPILE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/process-replay}"
+BUILT=$(find "$CACHE/cpu" -name '*.so' 2>/dev/null | wc -l | tr -d ' ')
+if [ "$BUILT" -lt 100 ]; then
+  echo "main job: the compile cache ($CACHE) holds $BUILT kernels: the corpus compiles about 600 C kernels first," \
+       "$(nproc 2>/dev/null || echo 1) at a time (about a minute on 2 cores); later runs take them from the cache" >&2
+fi
+echo "main job: capturing the corpus (python -m scripts.workloads) into ${REPLAY_DB:-.replay/replay.db}" >&2
+COMPILE_PROGRESS=1 "$PY" -m replay capture -- "$PY" -m scripts.workloads
+echo "main job: replaying every capture" >&2
 if git rev-parse --verify --quiet HEAD >/dev/null 2>&1; then
   exec "$PY" -m replay diff --base HEAD "$@"
 else

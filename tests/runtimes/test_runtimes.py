@@ -1,9 +1,10 @@
 """The C runtime against the numpy runtime, the compile cache, determinism of the lowering, and the
 error a failing kernel raises."""
-import os, pathlib
+import os, pathlib, re
 import numpy as np
 import pytest
 from scheduler import Tensor, Device, dtypes
+from scheduler.ops import Ops
 from scheduler.device import find_c_compiler
 from scheduler.codegen.lowerer import lower
 from scheduler.codegen.naming import kernel_name
@@ -54,6 +55,47 @@ def test_compile_cache_builds_a_kernel_once(tmp_path, monkeypatch):
   Device["CPU"].compile(ast, "x")
   Device["CPU"].compile(ast, "x")
   assert len(calls) == 1 and len(list((tmp_path / "cpu").glob("*.so"))) == 1
+
+
+@needs_cc
+def test_the_kernels_of_a_schedule_build_together_before_the_first_runs(tmp_path, monkeypatch):
+  """Issue 16.3: all new kernels of a schedule are built at once (in parallel threads), each exactly once."""
+  import threading
+  import runtimes.cpu as cpu
+  from scheduler import realize
+  monkeypatch.setenv("COMPILE_CACHE_DIR", str(tmp_path))
+  builders, real = [], cpu._compile_c
+  monkeypatch.setattr(cpu, "_compile_c", lambda src, out: (builders.append(threading.get_ident()), real(src, out)))
+  monkeypatch.setattr(realize, "_program_cache", {})
+  old = Device.DEFAULT
+  Device.DEFAULT = "CPU"
+  try:
+    x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6)).realize()
+    outs = [(x * 1.5).sum(1), (x + 2).max(0), (x - 1).exp().sum(), x.T.contiguous() * 3]
+    sched = Tensor.schedule(*outs)
+    ran = []
+    real_get = realize.get_program
+    monkeypatch.setattr(realize, "get_program", lambda d, ast: (ran.append(len(builders)), real_get(d, ast))[1])
+    realize.run_schedule(sched)
+  finally: Device.DEFAULT = old
+  kernels = sum(1 for si in sched if si.ast.op is Ops.SINK)
+  assert len(builders) == kernels >= 4 and ran[0] == kernels   # everything built before the first kernel ran
+  np.testing.assert_allclose(outs[0].numpy(), (np.arange(24).reshape(4, 6) * 1.5).sum(1))
+
+
+@needs_cc
+def test_compile_progress_is_reported_when_asked(tmp_path):
+  import subprocess, sys
+  from tests.conftest import REPO
+  code = "from scheduler import Tensor; import numpy as np; x = Tensor(np.ones(8, np.float32)); print(((x * 2).sum() + (x + 3).max()).item())"
+  env = {**os.environ, "COMPILE_CACHE_DIR": str(tmp_path), "COMPILE_PROGRESS": "1", "PYTHONPATH": str(REPO)}
+  first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+  assert first.returncode == 0 and first.stdout.strip() == "20.0"
+  assert re.search(r"compiled [1-9]\d* kernels \(.* s of compiler time, \d+ in parallel\), 0 from the cache", first.stderr), first.stderr
+  again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+  assert re.search(r"compiled 0 kernels .*, [1-9]\d* from the cache", again.stderr), again.stderr
+  quiet = subprocess.run([sys.executable, "-c", code], env={**env, "COMPILE_PROGRESS": "0"}, capture_output=True, text=True, cwd=REPO)
+  assert "compiled" not in quiet.stderr
 
 
 @needs_cc
