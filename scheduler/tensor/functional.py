@@ -109,6 +109,32 @@ class Functional:
     if reduction == "none": return -per_sample
     return -(per_sample.sum() / counted.sum()) if reduction == "mean" else -per_sample.sum()
 
+  def nll_loss(self, Y, weight: Optional = None, ignore_index: Optional[int] = None, reduction: str = "mean"):
+    """Negative log likelihood of class indices Y (N, ...) under log-probabilities self (N, C, ...), torch's
+    semantics: -w[y] * self[n, y]; samples whose class is ignore_index count nothing; "mean" divides by the summed
+    weights of the samples that count."""
+    if reduction not in REDUCTIONS: raise ValueError(f"reduction must be one of mean, sum, none, got {reduction!r}")
+    Y._require_int(f"nll_loss needs integer class indices, got {Y.dtype}")
+    classes = self.shape[1]
+    picks = Y.unsqueeze(1)._one_hot_along_dim(classes, dim=1)                  # (N, C, ...) True at the class
+    class_weight = weight.reshape(1, classes, *([1] * (self.ndim - 2))) if weight is not None else 1
+    per_class = picks.where(class_weight, 0)
+    if ignore_index is not None: per_class = (Y != ignore_index).unsqueeze(1).where(per_class, 0)
+    sample_weight = per_class.sum(1)
+    loss = -(self * per_class).sum(1)
+    if reduction == "none": return loss
+    return loss.sum() / sample_weight.sum() if reduction == "mean" else loss.sum()
+
+  def cross_entropy(self, Y, reduction: str = "mean", label_smoothing: float = 0.0):
+    """Cross entropy of logits self (N, C, ...) against class indices (N, ...) or class probabilities (N, C, ...),
+    with the target mixed toward uniform by label_smoothing (torch's semantics)."""
+    if not 0.0 <= label_smoothing <= 1.0: raise ValueError("label_smoothing must be in [0.0, 1.0]")
+    if reduction not in REDUCTIONS: raise ValueError(f"reduction must be one of mean, sum, none, got {reduction!r}")
+    classes = self.shape[1]
+    target = Y.unsqueeze(1)._one_hot_along_dim(classes, dim=1).where(1.0, 0.0) if Y.ndim == self.ndim - 1 else Y
+    target = target * (1 - label_smoothing) + label_smoothing / classes
+    return self._reduce_loss(-(self.log_softmax(axis=1) * target).sum(1), reduction)
+
   def batchnorm(self, weight, bias, mean, invstd, axis=1):
     """(x - mean) * weight * invstd + bias, with the per-channel tensors broadcast along `axis`."""
     axes = argfix(axis)

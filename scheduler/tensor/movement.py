@@ -183,6 +183,48 @@ class Movement:
     is_index = index.to(self.device).unsqueeze(-1)._one_hot_along_dim(self.shape[dim])
     return is_index.where(candidates, 0).sum(-1, dtype=self.dtype)
 
+  # ***** resampling *****
+
+  def interpolate(self, size: tuple, mode: str = "linear", align_corners: bool = False):
+    """Resize the last len(size) axes to `size`: "nearest" (source floor(i * in / out)), "nearest-exact" (source
+    floor((i + 0.5) * in / out)), or "linear" ("bilinear", "trilinear"; source i * (in - 1) / (out - 1) with
+    align_corners, else (i + 0.5) * in / out - 0.5 clamped at 0, weighting its two neighbours), as torch."""
+    modes = ("nearest", "nearest-exact", "linear", "bilinear", "trilinear")
+    if mode not in modes: raise ValueError(f"interpolate mode must be one of {', '.join(modes)}, got {mode!r}")
+    if align_corners and mode.startswith("nearest"): raise ValueError("align_corners only applies to linear modes")
+    size = tuple(size)
+    if len(size) > self.ndim or not all(isinstance(n, int) and n > 0 for n in size):
+      raise ValueError(f"interpolate size {size} does not fit a tensor of shape {self.shape}")
+    x = self
+    for axis, out in zip(range(self.ndim - len(size), self.ndim), size):
+      x = x._resample_axis(axis, out, mode, align_corners)
+    return x
+
+  def _resample_axis(self, axis: int, out: int, mode: str, align_corners: bool):
+    n = self.shape[axis]
+    positions = np.arange(out, dtype=np.float64)
+    if mode.startswith("nearest"):
+      scaled = (positions + 0.5) * n / out if mode == "nearest-exact" else positions * n / out
+      return self._take(axis, np.minimum(np.floor(scaled), n - 1).astype(np.int32))
+    if align_corners: source = positions * ((n - 1) / (out - 1)) if out > 1 else np.zeros(out)
+    else: source = np.maximum((positions + 0.5) * n / out - 0.5, 0)
+    low = np.minimum(np.floor(source), n - 1).astype(np.int32)
+    high = np.minimum(low + 1, n - 1).astype(np.int32)
+    shape = [1] * self.ndim
+    shape[axis] = out
+    weight = type(self)((source - low).astype(np.float32), device=self.device, requires_grad=False).reshape(shape).cast(self.dtype)
+    below, above = self._take(axis, low), self._take(axis, high)
+    return below + (above - below) * weight
+
+  def _take(self, axis: int, index: np.ndarray):
+    """self at `index` (numpy ints) along `axis`."""
+    shape = list(self.shape)
+    shape[axis] = len(index)
+    along = [1] * self.ndim
+    along[axis] = len(index)
+    positions = type(self)(index, device=self.device, requires_grad=False).reshape(along).expand(shape)
+    return self.gather(axis, positions)
+
   # ***** joining and splitting *****
 
   def cat(self, *others, dim: int = 0):

@@ -228,7 +228,75 @@ class Reduce:
     if bias is None: return result
     return result.add(bias.reshape(1, -1, *([1] * nk)))
 
+  def conv_transpose2d(self, weight, bias=None, groups=1, stride=1, dilation=1, padding=0, output_padding=0):
+    """The gradient of conv2d with respect to its input, as a convolution: the input spread out by `stride` (zeros
+    between its elements), padded by dilation * (k - 1) - padding (plus output_padding after), convolved with the
+    weights (cin, cout / groups, *k) swapped to (cout, cin / groups, *k) and flipped."""
+    kernel = weight.shape[2:]
+    nk = len(kernel)
+    if self.ndim != weight.ndim or self.shape[1] != weight.shape[0]:
+      raise ValueError(f"input shape {self.shape} does not match the shape of the weights {weight.shape}")
+    steps, gaps, pads, extra = (make_tuple(v, nk) for v in (stride, dilation, padding, output_padding))
+    if any(e >= max(s_, g) for e, s_, g in zip(extra, steps, gaps)): raise ValueError("output_padding must be smaller than stride or dilation")
+    cin, per_group = weight.shape[:2]
+    w = weight.reshape(groups, cin // groups, per_group, *kernel).transpose(1, 2).reshape(groups * per_group, cin // groups, *kernel)
+    w = w.flip(*range(2, 2 + nk))
+    x, lead = self, self.ndim - nk
+    for a, step in enumerate(steps):
+      if step == 1: continue
+      axis, n = lead + a, x.shape[lead + a]
+      x = x.unsqueeze(axis + 1).pad([None] * (axis + 1) + [(0, step - 1)] + [None] * (x.ndim - axis - 1))
+      x = x.flatten(axis, axis + 1).shrink(tuple((0, (n - 1) * step + 1) if d == axis else None for d in range(x.ndim - 1)))
+    around = [(g * (k - 1) - p, g * (k - 1) - p + e) for k, g, p, e in zip(kernel, gaps, pads, extra)]
+    x = x.pad([p for pair in reversed(around) for p in pair])
+    return x.conv2d(w, bias, groups=groups, dilation=dilation)
+
   # ***** products *****
+
+  @staticmethod
+  def einsum(formula: str, *operands, dtype=None):
+    """Sums of products over named axes ("ij,jk->ik"); without "->" the output is the letters used once, in
+    alphabetical order. A letter repeated in one operand takes its diagonal. Ellipses are not supported."""
+    from scheduler.helpers import argfix
+    operands = argfix(*operands)
+    spec = formula.replace(" ", "")
+    if "." in spec: raise NotImplementedError(f"einsum with an ellipsis is not supported: {formula!r}")
+    inputs, arrow, output = spec.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands): raise ValueError(f"einsum {formula!r} names {len(terms)} operands, got {len(operands)}")
+    letters = "".join(terms)
+    if not all(c.isalpha() for c in letters + output): raise ValueError(f"einsum subscripts must be letters: {formula!r}")
+    if not arrow: output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    if len(set(output)) != len(output) or set(output) - set(letters): raise ValueError(f"einsum output {output!r} is not valid for {formula!r}")
+    summed = sorted(set(letters) - set(output))
+    order = list(output) + summed                                  # every operand is laid out along these axes
+    sizes: dict[str, int] = {}
+    aligned = []
+    for term, t in zip(terms, operands):
+      if len(term) != t.ndim: raise ValueError(f"einsum term {term!r} has {len(term)} letters for a tensor of {t.ndim} axes")
+      t, term = Reduce._einsum_diagonals(t, term)
+      for c, n in zip(term, t.shape):
+        if sizes.setdefault(c, n) != n: raise ValueError(f"einsum letter {c!r} stands for sizes {sizes[c]} and {n}")
+      present = [c for c in order if c in term]
+      t = t.permute([term.index(c) for c in present]).reshape([sizes[c] if c in term else 1 for c in order])
+      aligned.append(t)
+    product = aligned[0]
+    for t in aligned[1:]: product = product * t
+    if not summed: return product.cast(dtype) if dtype is not None else product
+    return product.sum(tuple(range(len(output), len(order))), dtype=dtype)
+
+  @staticmethod
+  def _einsum_diagonals(t, term: str):
+    """(t, term) with each letter once: a repeated letter keeps the diagonal of its two axes."""
+    while len(set(term)) != len(term):
+      c = next(c for c in term if term.count(c) > 1)
+      first, second = term.index(c), term.index(c, term.index(c) + 1)
+      n = t.shape[first]
+      if t.shape[second] != n: raise ValueError(f"einsum letter {c!r} stands for sizes {n} and {t.shape[second]}")
+      eye = type(t).eye(n, dtype=dtypes.bool, device=t.device).reshape([n if a in (first, second) else 1 for a in range(t.ndim)])
+      t = eye.where(t, 0).sum(second, dtype=t.dtype)
+      term = term[:second] + term[second + 1:]
+    return t, term
 
   def dot(self, w, dtype=None):
     """Matrix product by broadcast multiply and sum over the shared axis."""

@@ -51,6 +51,15 @@ FUNCS = [
   ("getitem_tensor", lambda t: t[Tensor([2, 0])].sum() + t[:, Tensor([1, 3])].sum()),
   ("batchnorm", lambda t: t.reshape(1, 3, 4).batchnorm(t[:, 0], t[:, 1], t[:, 2], t[:, 3].abs() + 1).sum()),
   ("bce_logits_linear", lambda t: t.linear(t.T, t[0, :3]).binary_crossentropy_logits(Tensor.ones(3, 3) * 0.3)),
+  # issue 17's operations
+  ("asin_acos_atan", lambda t: ((t * 0.3).asin() * 2 + (t * 0.3).acos() + (t * 3).atan()).sum()),
+  ("sinh_cosh", lambda t: (t.sinh() * 2 + t.cosh()).sum()),
+  ("asinh_acosh_atanh", lambda t: ((t * 4).asinh() + (t * t + 1.5).acosh() + (t * 0.3).atanh()).sum()),
+  ("nll_loss", lambda t: t.log_softmax(1).nll_loss(Tensor([1, 0, 3]), weight=Tensor([1.0, 2.0, 0.5, 1.0], dtype=dtypes.float64), ignore_index=0)),
+  ("cross_entropy", lambda t: t.cross_entropy(Tensor([2, 0, 3]), label_smoothing=0.2) + t.cross_entropy(Tensor([[0.1, 0.2, 0.3, 0.4]] * 3, dtype=dtypes.float64), reduction="sum")),
+  ("einsum", lambda t: Tensor.einsum("ij,kj->ik", t, t * 2).sum() + Tensor.einsum("ii->i", t[:, :3]).sum()),
+  ("interpolate", lambda t: (t.reshape(1, 1, 3, 4).interpolate((5, 7), align_corners=True) * Tensor.arange(35, dtype=dtypes.float64).reshape(5, 7)).sum()),
+  ("conv_transpose2d", lambda t: (t.reshape(1, 1, 3, 4).conv_transpose2d(t[:2, :3].reshape(1, 1, 2, 3), stride=2, padding=1) ** 2).sum()),
 ]
 
 

@@ -1,0 +1,175 @@
+"""The operations added for issue 17 against numpy on CPU and PYTHON: the inverse and hyperbolic trigonometric
+family, nll_loss and cross_entropy options, einsum, interpolate, conv_transpose2d; gradients against finite
+differences live in test_gradient.py."""
+import numpy as np
+import pytest
+from scheduler import Tensor, Device, dtypes
+from scheduler.device import find_c_compiler
+
+DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() else [])
+rng = np.random.default_rng(17)
+
+
+@pytest.fixture(params=DEVICES, autouse=True)
+def device(request):
+  old = Device.DEFAULT
+  Device.DEFAULT = request.param
+  yield request.param
+  Device.DEFAULT = old
+
+
+UNIT = np.concatenate([np.linspace(-0.999, 0.999, 41), [-1.0, 1.0, 0.0]]).astype(np.float32)
+WIDE = np.array([-1e4, -300.0, -7.5, -1.0, -0.3, 0.0, 0.2, 1.0, 3.0, 80.0, 1e4], np.float32)
+
+
+@pytest.mark.parametrize("name,ref,data,atol", [
+  ("asin", np.arcsin, UNIT, 3e-7), ("acos", np.arccos, UNIT, 5e-7), ("atan", np.arctan, WIDE, 3e-7),
+  ("atanh", np.arctanh, UNIT[(UNIT > -1) & (UNIT < 1)], 2e-6), ("asinh", np.arcsinh, WIDE, 2e-6),
+  ("acosh", np.arccosh, np.array([1.0, 1.5, 2.0, 10.0, 1e4], np.float32), 2e-6),
+  ("sinh", np.sinh, np.linspace(-5, 5, 21).astype(np.float32), 0), ("cosh", np.cosh, np.linspace(-5, 5, 21).astype(np.float32), 0),
+])
+def test_trigonometric_family_matches_numpy(name, ref, data, atol):
+  got = getattr(Tensor(data), name)().numpy()
+  np.testing.assert_allclose(got, ref(data.astype(np.float64)), rtol=2e-6, atol=atol)
+
+
+def test_inverse_trigonometry_at_infinity_and_outside_the_domain():
+  assert Tensor([np.inf, -np.inf]).atan().numpy().tolist() == pytest.approx([np.pi / 2, -np.pi / 2])
+  assert np.isnan(Tensor([1.5]).asin().numpy()).all() and np.isnan(Tensor([0.5]).acosh().numpy()).all()
+  assert Tensor([1.0, -1.0]).atanh().numpy().tolist() == [np.inf, -np.inf]
+
+
+LOGITS = rng.standard_normal((6, 5)).astype(np.float32)
+LABELS = np.array([0, 4, 2, 2, 1, 3])
+WEIGHTS = np.array([1.0, 2.0, 0.5, 1.5, 0.25], np.float32)
+
+
+def _log_softmax(x): return x - np.log(np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)) - x.max(1, keepdims=True)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted,ignore", [(False, None), (True, None), (False, 2), (True, 4)])
+def test_nll_loss_matches_its_definition(reduction, weighted, ignore):
+  logp = _log_softmax(LOGITS.astype(np.float64))
+  w = WEIGHTS[LABELS] if weighted else np.ones(6)
+  w = w * (LABELS != ignore) if ignore is not None else w
+  per = -logp[np.arange(6), LABELS] * w
+  expect = per.sum() / w.sum() if reduction == "mean" else per.sum() if reduction == "sum" else per
+  got = Tensor(logp.astype(np.float32)).nll_loss(Tensor(LABELS.astype(np.int32)), Tensor(WEIGHTS) if weighted else None, ignore, reduction)
+  np.testing.assert_allclose(got.numpy(), expect, rtol=1e-5, atol=1e-6)
+
+
+def test_nll_loss_over_spatial_axes():
+  logp = _log_softmax(rng.standard_normal((2, 3, 4)).transpose(0, 2, 1).reshape(8, 3)).reshape(2, 4, 3).transpose(0, 2, 1)
+  y = rng.integers(0, 3, (2, 4))
+  expect = -np.take_along_axis(logp, y[:, None, :], 1).mean()
+  np.testing.assert_allclose(Tensor(logp.astype(np.float32)).nll_loss(Tensor(y.astype(np.int32))).numpy(), expect, rtol=1e-5)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 1.0])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_with_indices_and_probabilities(smoothing, reduction):
+  logp = _log_softmax(LOGITS.astype(np.float64))
+  target = np.eye(5)[LABELS] * (1 - smoothing) + smoothing / 5
+  per = -(logp * target).sum(1)
+  expect = per.mean() if reduction == "mean" else per.sum() if reduction == "sum" else per
+  by_index = Tensor(LOGITS).cross_entropy(Tensor(LABELS.astype(np.int32)), reduction=reduction, label_smoothing=smoothing)
+  np.testing.assert_allclose(by_index.numpy(), expect, rtol=1e-5, atol=1e-6)
+  probs = np.eye(5)[LABELS].astype(np.float32)
+  by_prob = Tensor(LOGITS).cross_entropy(Tensor(probs), reduction=reduction, label_smoothing=smoothing)
+  np.testing.assert_allclose(by_prob.numpy(), expect, rtol=1e-5, atol=1e-6)
+
+
+def test_loss_options_are_checked():
+  with pytest.raises(ValueError, match="reduction"): Tensor(LOGITS).nll_loss(Tensor(LABELS.astype(np.int32)), reduction="avg")
+  with pytest.raises(ValueError, match="label_smoothing"): Tensor(LOGITS).cross_entropy(Tensor(LABELS.astype(np.int32)), label_smoothing=1.5)
+  with pytest.raises(RuntimeError, match="integer class indices"): Tensor(LOGITS).nll_loss(Tensor(LABELS.astype(np.float32)))
+
+
+@pytest.mark.parametrize("formula,shapes", [
+  ("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,jk", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ii->i", [(4, 4)]),
+  ("ii", [(4, 4)]), ("ij->ji", [(3, 4)]), ("ij,ij->", [(3, 4), (3, 4)]), ("i,j->ij", [(3,), (4,)]), ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]),
+  ("ijk,jil->kl", [(2, 3, 4), (3, 2, 5)]), ("iij->j", [(3, 3, 2)]),
+])
+def test_einsum_matches_numpy(formula, shapes):
+  operands = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+  got = Tensor.einsum(formula, *[Tensor(o) for o in operands]).numpy()
+  np.testing.assert_allclose(got, np.einsum(formula, *operands), rtol=1e-5, atol=1e-5)
+  assert np.allclose(Tensor.einsum(formula, [Tensor(o) for o in operands]).numpy(), got)   # operands as one list too
+
+
+@pytest.mark.parametrize("formula,shapes,error", [
+  ("ij,jk->ik", [(3, 4), (5, 5)], "sizes"), ("ij->ik", [(3, 4)], "not valid"), ("ij,jk", [(3, 4)], "names 2 operands"),
+  ("...i->i", [(3, 4)], "ellipsis"), ("ijk->i", [(3, 4)], "3 letters"),
+])
+def test_einsum_errors_are_clear(formula, shapes, error):
+  with pytest.raises((ValueError, NotImplementedError), match=error):
+    Tensor.einsum(formula, *[Tensor(np.zeros(s, np.float32)) for s in shapes])
+
+
+def _torch_source(n: int, out: int, mode: str, align_corners: bool) -> np.ndarray:
+  """The source coordinate of each output position, as torch documents it."""
+  i = np.arange(out, dtype=np.float64)
+  if mode == "nearest": return np.minimum(np.floor(i * n / out), n - 1)
+  if mode == "nearest-exact": return np.minimum(np.floor((i + 0.5) * n / out), n - 1)
+  if align_corners: return i * (n - 1) / (out - 1) if out > 1 else np.zeros(out)
+  return np.maximum((i + 0.5) * n / out - 0.5, 0)
+
+
+def _resize_reference(x: np.ndarray, size, mode, align_corners) -> np.ndarray:
+  for axis, out in zip(range(x.ndim - len(size), x.ndim), size):
+    source = _torch_source(x.shape[axis], out, mode, align_corners)
+    moved = np.moveaxis(x, axis, -1)
+    if mode.startswith("nearest"): resized = moved[..., source.astype(int)]
+    else: resized = np.apply_along_axis(lambda row: np.interp(source, np.arange(len(row)), row), -1, moved)
+    x = np.moveaxis(resized, -1, axis)
+  return x
+
+
+@pytest.mark.parametrize("mode,align", [("nearest", False), ("nearest-exact", False), ("linear", False), ("linear", True), ("bilinear", True)])
+@pytest.mark.parametrize("size", [(8, 10), (3, 2), (5, 5), (1, 7)])
+def test_interpolate_matches_the_torch_coordinate_rules(mode, align, size):
+  x = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+  got = Tensor(x).interpolate(size, mode=mode, align_corners=align).numpy()
+  np.testing.assert_allclose(got, _resize_reference(x.astype(np.float64), size, mode, align), rtol=1e-5, atol=1e-6)
+
+
+def test_interpolate_errors_are_clear():
+  with pytest.raises(ValueError, match="mode"): Tensor.ones(1, 1, 4, 4).interpolate((8, 8), mode="cubic")
+  with pytest.raises(ValueError, match="align_corners"): Tensor.ones(1, 1, 4, 4).interpolate((8, 8), mode="nearest", align_corners=True)
+  with pytest.raises(ValueError, match="does not fit"): Tensor.ones(4).interpolate((8, 8))
+
+
+def conv_transpose_reference(x, w, stride=1, padding=0, output_padding=0, dilation=1, groups=1):
+  """Each input element scatters w times itself into the output: the definition, by loops."""
+  n, cin, h, wd = x.shape
+  per_group, kh, kw = w.shape[1:]
+  oh = (h - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1
+  ow = (wd - 1) * stride - 2 * padding + dilation * (kw - 1) + output_padding + 1
+  out = np.zeros((n, per_group * groups, oh, ow))
+  for c in range(cin):
+    g = c // (cin // groups)
+    for i, j, ky, kx in np.ndindex(h, wd, kh, kw):
+      y, xx = i * stride - padding + ky * dilation, j * stride - padding + kx * dilation
+      if 0 <= y < oh and 0 <= xx < ow: out[:, g * per_group:(g + 1) * per_group, y, xx] += x[:, c, i, j][:, None] * w[c, :, ky, kx][None]
+  return out
+
+
+@pytest.mark.parametrize("options", [{}, {"stride": 2}, {"stride": 2, "padding": 1}, {"stride": 3, "padding": 1, "output_padding": 2},
+                                     {"dilation": 2, "padding": 1}, {"groups": 2, "stride": 2}, {"stride": 2, "dilation": 2, "output_padding": 1}],
+                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_conv_transpose2d_matches_its_definition(options):
+  x, w = rng.standard_normal((2, 4, 5, 6)).astype(np.float32), rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+  b = rng.standard_normal(3 * options.get("groups", 1)).astype(np.float32)
+  got = Tensor(x).conv_transpose2d(Tensor(w), Tensor(b), **options).numpy()
+  np.testing.assert_allclose(got, conv_transpose_reference(x, w, **options) + b[None, :, None, None], rtol=1e-4, atol=1e-5)
+
+
+def test_conv_transpose2d_is_the_input_gradient_of_conv2d():
+  x = Tensor(rng.standard_normal((1, 3, 7, 7)), dtype=dtypes.float64, requires_grad=True)
+  w = Tensor(rng.standard_normal((4, 3, 3, 3)), dtype=dtypes.float64)
+  upstream = rng.standard_normal((1, 4, 3, 3))
+  (x.conv2d(w, stride=2) * Tensor(upstream, dtype=dtypes.float64)).sum().backward()
+  again = Tensor(upstream, dtype=dtypes.float64).conv_transpose2d(w, stride=2)
+  np.testing.assert_allclose(again.numpy(), x.grad.numpy(), rtol=1e-10, atol=1e-12)
+  with pytest.raises(ValueError, match="output_padding"): Tensor.ones(1, 3, 4, 4).conv_transpose2d(Tensor.ones(3, 2, 3, 3), stride=2, output_padding=2)
