@@ -202,7 +202,19 @@ def _fold_cast(root: UOp) -> Optional[UOp]:
   return source if source.dtype == root.dtype else None
 
 
-_BINARY_FOLDS = (_fold_with_constant, _fold_same_operands, _fold_nested)
+def _fold_division_by_self(root: UOp) -> Optional[UOp]:
+  """x * (1/x) -> 1 and (x*y) * (1/y) -> x, for the same node x, y (x/x and (x*y)/y, as the reference folds them:
+  a softmax over an axis of size one and a / a then cost no kernel)."""
+  if root.op is not Ops.MUL: return None
+  for other, inverse in ((root.src[0], root.src[1]), (root.src[1], root.src[0])):
+    if inverse.op is not Ops.RECIP: continue
+    divisor = inverse.src[0]
+    if other is divisor: return other.const_like(1)
+    if other.op is Ops.MUL and divisor in other.src: return other.src[0] if other.src[1] is divisor else other.src[1]
+  return None
+
+
+_BINARY_FOLDS = (_fold_with_constant, _fold_same_operands, _fold_nested, _fold_division_by_self)
 
 
 def _simple_folds(root: UOp) -> Optional[UOp]:

@@ -272,8 +272,15 @@ for _name, _definition in _COMPOSED.items(): setattr(Elementwise, _name, _defini
 _ONE_OP = {"add": Ops.ADD, "mul": Ops.MUL, "idiv": Ops.IDIV, "xor": Ops.XOR, "bitwise_and": Ops.AND, "bitwise_or": Ops.OR}
 
 
+_BITWISE = (Ops.XOR, Ops.AND, Ops.OR)
+
+
 def _one_op(op: Ops):
-  def method(self, x, reverse=False): return self._binop(op, x, reverse)
+  def method(self, x, reverse=False):
+    out = self._binop(op, x, reverse)
+    # after promotion: a float on either side makes the operation float, which has no bits to combine
+    if op in _BITWISE and not (dtypes.is_int(out.dtype) or out.dtype == dtypes.bool): raise RuntimeError(f"{out.dtype} is not supported")
+    return out
   return method
 
 

@@ -13,6 +13,9 @@ from scheduler.ops import UOp, resolve, smax, smin
 from scheduler.tensor.base import TensorBase, broadcast_shape, left_pad_shapes
 
 
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
 class Movement:
   def _resolve_dim(self, dim: int, *, extra: bool = False) -> int:
     """A possibly negative axis as an index in [0, ndim) (or ndim + 1 with `extra`, for inserting)."""
@@ -61,15 +64,17 @@ class Movement:
     return self._apply_uop(UOp.shrink, arg=bounds)
 
   def pad(self, padding, mode: str = "constant", value: float = 0.0):
-    """Pad with `value`; padding is ((before, after) or None per axis) or flat (last axis first, torch style).
-    Negative amounts cut instead."""
-    if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported (only 'constant')")
+    """Pad with `value` ("constant"), or with the tensor mirrored without its edge ("reflect"), its edge repeated
+    ("replicate"), or wrapped around ("circular"); padding is ((before, after) or None per axis) or flat (last axis
+    first, torch style). Negative amounts cut instead."""
+    if mode not in PAD_MODES: raise NotImplementedError(f"pad mode {mode!r} is not supported (one of {', '.join(PAD_MODES)})")
     if all(isinstance(p, (int, UOp)) for p in padding):
       if len(padding) % 2: raise ValueError("flat padding must have an even number of pads")
       flat = [*padding, *([0] * (2 * self.ndim - len(padding)))]
       pairs = tuple((flat[2 * k], flat[2 * k + 1]) for k in range(self.ndim))[::-1]
     else: pairs = tuple((0, 0) if p is None else tuple(p) for p in padding)
     if len(pairs) != self.ndim: raise ValueError(f"padding length is improper, padding={padding} ndim={self.ndim}")
+    if mode != "constant": return self._pad_from_self(pairs, mode)
     x = self
     if any(not resolve(amount >= 0) for amount in flatten(pairs)):   # negative amounts cut first
       keep = []
@@ -80,6 +85,31 @@ class Movement:
     padded = x._apply_uop(UOp.pad, arg=pairs)
     if value == 0: return padded
     return padded + x.ones_like()._apply_uop(UOp.pad, arg=pairs).where(0, value)
+
+  def _pad_from_self(self, pairs: tuple, mode: str):
+    """Pads made of the tensor's own elements, axis by axis, from shrinks, flips and cat (no kernel of their own)."""
+    x = self
+    for axis, (before, after) in enumerate(pairs):
+      if not (isinstance(before, int) and isinstance(after, int)): raise ValueError(f"pad mode {mode!r} needs integer pads")
+      n = x.shape[axis]
+      if before < 0 or after < 0:
+        x = x.shrink(tuple((max(-before, 0), n - max(-after, 0)) if a == axis else None for a in range(x.ndim)))
+        before, after, n = max(before, 0), max(after, 0), x.shape[axis]
+      if before == after == 0: continue
+      limit = n - 1 if mode == "reflect" else n
+      if max(before, after) > limit or (mode == "replicate" and n == 0):
+        raise ValueError(f"{mode} padding of {max(before, after)} is too large for an axis of size {n}")
+      def part(start: int, end: int): return x.shrink(tuple((start, end) if a == axis else None for a in range(x.ndim)))
+      if mode == "reflect": left, right = part(1, before + 1).flip(axis), part(n - 1 - after, n - 1).flip(axis)
+      elif mode == "replicate":
+        def edge(at: int, count: int):
+          shape = list(x.shape)
+          shape[axis] = count
+          return part(at, at + 1).expand(shape)
+        left, right = edge(0, before), edge(n - 1, after)
+      else: left, right = part(n - before, n), part(0, after)
+      x = type(self).cat(*[t for t in (left, x, right) if t.shape[axis] > 0], dim=axis)
+    return x
 
   # ***** indexing *****
 
