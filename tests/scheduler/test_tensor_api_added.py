@@ -173,3 +173,40 @@ def test_conv_transpose2d_is_the_input_gradient_of_conv2d():
   again = Tensor(upstream, dtype=dtypes.float64).conv_transpose2d(w, stride=2)
   np.testing.assert_allclose(again.numpy(), x.grad.numpy(), rtol=1e-10, atol=1e-12)
   with pytest.raises(ValueError, match="output_padding"): Tensor.ones(1, 3, 4, 4).conv_transpose2d(Tensor.ones(3, 2, 3, 3), stride=2, output_padding=2)
+
+
+@pytest.mark.parametrize("mode,numpy_mode", [("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap")])
+@pytest.mark.parametrize("pads", [(2, 1, 1, 2), (0, 3), (-1, 2, 0, 1), (1, 1, 1, 1, 1, 0)])
+def test_pad_modes_match_numpy(mode, numpy_mode, pads):
+  x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+  pairs = [(pads[2 * k], pads[2 * k + 1]) if 2 * k < len(pads) else (0, 0) for k in range(3)][::-1]   # torch order: last axis first
+  cut = x[tuple(slice(max(-b, 0), x.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(pairs))]
+  expect = np.pad(cut, [(max(b, 0), max(e, 0)) for b, e in pairs], mode=numpy_mode)
+  np.testing.assert_array_equal(Tensor(x).pad(pads, mode=mode).numpy(), expect)
+
+
+def test_pad_modes_cost_no_kernel_and_refuse_too_large_pads():
+  assert len(Tensor.empty(4, 4).pad((2, 2), mode="reflect").schedule()) == 1   # the copy that stores it, nothing before
+  with pytest.raises(ValueError, match="too large"): Tensor.ones(3).pad((3, 0), mode="reflect")
+  with pytest.raises(NotImplementedError, match="not supported"): Tensor.ones(3).pad((1, 1), mode="symmetric")
+
+
+def test_errors_have_the_reference_kinds():
+  with pytest.raises(RuntimeError, match="not supported"): Tensor([1.5]) & Tensor([2.0])
+  with pytest.raises(RuntimeError, match="not supported"): Tensor([1.5]).bitwise_or(2)
+  with pytest.raises(RuntimeError, match="not supported"): Tensor([1, 2]) ^ 1.5
+  assert (Tensor([True, False]) ^ Tensor([True, True])).numpy().tolist() == [False, True]
+  assert (Tensor([6, 3]) & 5).numpy().tolist() == [4, 1]
+  q = Tensor.ones(1, 2, 4)
+  with pytest.raises(RuntimeError, match="attn_mask when is_causal"): q.scaled_dot_product_attention(q, q, attn_mask=Tensor.ones(2, 2).bool(), is_causal=True)
+  with pytest.raises(ValueError, match="kernel size"): Tensor.ones(1, 1, 2, 2).conv2d(Tensor.ones(1, 1, 3, 3))
+  with pytest.raises(ValueError, match="does not match"): Tensor.ones(1, 2, 4, 4).conv2d(Tensor.ones(1, 3, 3, 3))
+
+
+def test_division_by_the_same_tensor_folds_away():
+  a, b = Tensor.empty(4, 4), Tensor.empty(4, 4)
+  assert len((a / a).schedule()) == 0 and len(((a * b) / b).schedule()) == 0 and len(((b * a) / b).schedule()) == 0
+  assert len(Tensor.empty(4, 1).softmax(1).schedule()) == 0 and len((a / b).schedule()) == 1
+  x = rng.standard_normal((3, 1)).astype(np.float32)
+  np.testing.assert_array_equal(Tensor(x).softmax(1).numpy(), np.ones((3, 1), np.float32))
+  np.testing.assert_allclose(((Tensor(x) * 3) / 3).numpy(), x, rtol=1e-6)
