@@ -8,7 +8,7 @@ for training workloads); `python -m scripts.workloads` runs them.
 from __future__ import annotations
 import csv, pathlib
 from typing import Callable
-from scripts.workloads import edge_cases, models
+from scripts.workloads import edge_cases, models, new_ops
 
 REFERENCE_TSV = pathlib.Path(__file__).with_name("reference_workloads.tsv")
 
@@ -35,6 +35,7 @@ WORKLOADS: dict[str, Callable[[], dict]] = {
   "symbolic_seq": models.symbolic_seq, "disk_state_dict": models.disk_state_dict,
   "int_arith_negative": edge_cases.int_arith_negative, "nested_views": edge_cases.nested_views,
   "assign_orderings": edge_cases.assign_orderings, "big_reductions": edge_cases.big_reductions,
+  "upsampling_decoder": new_ops.upsampling_decoder, "einsum_attention": new_ops.einsum_attention, "nll_classifier": new_ops.nll_classifier,
   **{f"ref_{r['name']}": _reference_workload(r) for r in reference_rows()},
 }
 

@@ -29,7 +29,7 @@ def test_workload_equal_on_cpu_and_python(name):
   np.testing.assert_allclose(cpu.get("losses", []), py.get("losses", []), rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["mlp_sgd", "cnn_adam", "transformer_adamw"])
+@pytest.mark.parametrize("name", ["mlp_sgd", "cnn_adam", "transformer_adamw", "upsampling_decoder", "nll_classifier"])
 def test_training_loss_decreases(name):
   losses = WORKLOADS[name]()["losses"]
   assert losses[-1] < losses[0] and all(np.isfinite(losses))
@@ -113,3 +113,19 @@ def test_big_reductions_match_numpy_and_split_by_default():
   t = Tensor(x).realize()
   assert len(t.sum().schedule()) == 2   # the corpus reaches the split rule...
   with Context(SPLIT_REDUCEOP=0): assert len(t.sum().schedule()) == 1   # ...and its flag
+
+
+def test_einsum_attention_workload_matches_numpy():
+  out, weights, trace = WORKLOADS["einsum_attention"]()["outputs"]
+  rng = np.random.default_rng(13)
+  x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+  wq, wk, wv = (rng.standard_normal((8, 2, 4)).astype(np.float32) * 0.3 for _ in range(3))
+  wo = rng.standard_normal((2, 4, 8)).astype(np.float32) * 0.3
+  q, k, v = (np.einsum("btd,dhe->bhte", x, w) for w in (wq, wk, wv))
+  scores = np.where(np.tril(np.ones((5, 5))) > 0, np.einsum("bhqe,bhke->bhqk", q, k) / 2.0, -np.inf)
+  expect_weights = np.exp(scores - scores.max(-1, keepdims=True))
+  expect_weights /= expect_weights.sum(-1, keepdims=True)
+  expect = np.einsum("bhqk,bhke,hed->bqd", expect_weights, v, wo)
+  np.testing.assert_allclose(weights, expect_weights, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(trace, np.trace(np.einsum("bqd,bkd->qk", expect, expect)), rtol=1e-4)

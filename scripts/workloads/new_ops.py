@@ -1,0 +1,79 @@
+"""Workloads of the corpus that use the operations added for tinygrad API completeness (issue 17): an upsampling
+decoder (conv_transpose2d, interpolate, reflect padding), attention written with einsum, and a classifier trained
+with nll_loss and cross_entropy options. Fixed seeds, small shapes."""
+from __future__ import annotations
+import numpy as np
+from scheduler import Tensor, nn
+from scheduler.nn.optim import SGD, Adam
+from scheduler.nn.state import get_parameters
+from replay import replay_location
+
+
+def upsampling_decoder(steps: int = 3) -> dict:
+  """A decoder from a 4x4 code to an 8x8 image: transposed convolution, bilinear and nearest upsampling, a
+  reflect-padded convolution; a few Adam steps toward a target image."""
+  Tensor.manual_seed(11)
+  rng = np.random.default_rng(12)
+  code = Tensor(rng.standard_normal((2, 4, 4, 4)).astype(np.float32)).realize()
+  target = Tensor(rng.standard_normal((2, 1, 8, 8)).astype(np.float32)).realize()
+  up_w = Tensor.kaiming_uniform(4, 3, 2, 2).realize()       # (cin, cout, k, k) for conv_transpose2d
+  refine = nn.Conv2d(3, 1, 3)
+  params = [up_w.requires_grad_(), *get_parameters(refine)]
+  opt = Adam(params, lr=0.01, eps=1e-5)
+
+  def decode(z: Tensor) -> Tensor:
+    coarse = z.conv_transpose2d(up_w, stride=2).relu()                                      # 4x4 -> 8x8
+    smooth = coarse.interpolate((16, 16), mode="bilinear", align_corners=False).interpolate((8, 8), mode="nearest")
+    return refine(smooth.pad((1, 1, 1, 1), mode="reflect")).tanh()
+
+  losses = []
+  with Tensor.train():
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        opt.zero_grad()
+        loss = ((decode(code) - target) ** 2).mean()
+        loss.backward()
+        Tensor.realize(loss, *opt.schedule_step())
+        losses.append(loss.item())
+  return {"outputs": [decode(code).numpy(), up_w.numpy()], "losses": losses}
+
+
+def einsum_attention() -> dict:
+  """Multi-head attention written with einsum (scores, weighted values, output projection), causal by a mask."""
+  rng = np.random.default_rng(13)
+  x = Tensor(rng.standard_normal((2, 5, 8)).astype(np.float32)).realize()
+  wq, wk, wv = (Tensor(rng.standard_normal((8, 2, 4)).astype(np.float32) * 0.3).realize() for _ in range(3))
+  wo = Tensor(rng.standard_normal((2, 4, 8)).astype(np.float32) * 0.3).realize()
+  q, k, v = (Tensor.einsum("btd,dhe->bhte", x, w) for w in (wq, wk, wv))
+  scores = Tensor.einsum("bhqe,bhke->bhqk", q, k) / 2.0
+  causal = Tensor.ones(5, 5).tril().bool()
+  weights = causal.where(scores, -float("inf")).softmax(-1)
+  out = Tensor.einsum("bhqk,bhke,hed->bqd", weights, v, wo)
+  trace = Tensor.einsum("ii", Tensor.einsum("bqd,bkd->qk", out, out))
+  return {"outputs": [out.numpy(), weights.numpy(), trace.numpy()]}
+
+
+def nll_classifier(steps: int = 4) -> dict:
+  """A linear classifier trained with nll_loss over log-softmax (class weights, an ignored label), then scored
+  with cross_entropy (label smoothing; class probabilities as the target)."""
+  Tensor.manual_seed(14)
+  rng = np.random.default_rng(15)
+  x = Tensor(rng.standard_normal((16, 6)).astype(np.float32)).realize()
+  labels = rng.integers(0, 4, 16)
+  labels[::5] = 3   # some samples carry the ignored label
+  y = Tensor(labels.astype(np.int32)).realize()
+  class_weight = Tensor([1.0, 2.0, 0.5, 1.0]).realize()
+  model = nn.Linear(6, 4)
+  opt = SGD(get_parameters(model), lr=0.5, momentum=0.5)
+  losses = []
+  with Tensor.train():
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        opt.zero_grad()
+        loss = model(x).log_softmax(1).nll_loss(y, weight=class_weight, ignore_index=3)
+        loss.backward()
+        Tensor.realize(loss, *opt.schedule_step())
+        losses.append(loss.item())
+  logits = model(x)
+  scores = [logits.cross_entropy(y, label_smoothing=0.1).numpy(), logits.cross_entropy(logits.softmax(1), reduction="none").numpy()]
+  return {"outputs": [model.weight.numpy(), *scores], "losses": losses}
