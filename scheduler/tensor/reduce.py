@@ -193,19 +193,36 @@ class Reduce:
     if len(padding) != dims: raise ValueError(f"padding must be an int or a sequence of length {dims} or {2 * dims}, got {padding}")
     return [p for p in reversed(padding) for _ in range(2)]
 
-  def _windows_of(self, kernel_size, stride, dilation, padding, value=0.0):
+  def _windows_of(self, kernel_size, stride, dilation, padding, value=0.0, ceil_mode=False, ceil_value=None):
+    """Pooling windows of the last two axes, padded with `value`; with ceil_mode the last, partial window of each axis
+    is kept too (torch's rule: it must start inside the input or its left padding), the overhang filled with
+    `ceil_value` (default `value`)."""
     kernel = make_tuple(kernel_size, 2)
-    padded = self.pad(self._resolve_pool_pads(padding, len(kernel)), value=value)
-    return padded._pool(kernel, kernel if stride is None else stride, dilation), tuple(range(-len(kernel), 0))
+    steps, gaps = make_tuple(kernel if stride is None else stride, 2), make_tuple(dilation, 2)
+    pads = self._resolve_pool_pads(padding, len(kernel))
+    padded = self.pad(pads, value=value)
+    if ceil_mode:
+      extra = []
+      for axis, (k, step, gap) in enumerate(zip(kernel, steps, gaps)):
+        n, left = self.shape[-2 + axis], pads[2 * (1 - axis)]
+        span, size = gap * (k - 1) + 1, padded.shape[-2 + axis]
+        out = ceildiv(size - span, step) + 1
+        if (out - 1) * step >= n + left: out -= 1
+        extra.append(max(0, (out - 1) * step + span - size))
+      padded = padded.pad((0, extra[1], 0, extra[0]), value=value if ceil_value is None else ceil_value)
+    return padded._pool(kernel, steps, gaps), tuple(range(-len(kernel), 0))
 
-  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, count_include_pad=True):
-    windows, axes = self._windows_of(kernel_size, stride, dilation, padding)
-    if count_include_pad: return windows.mean(axis=axes)
-    counted, _ = self.ones_like()._windows_of(kernel_size, stride, dilation, padding)
+  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
+    """Mean of each window. The divisor counts the padding with count_include_pad (as torch, never the overhang of
+    ceil_mode's last window), else only the input's elements."""
+    windows, axes = self._windows_of(kernel_size, stride, dilation, padding, ceil_mode=ceil_mode)
+    if count_include_pad and not ceil_mode: return windows.mean(axis=axes)
+    counted, _ = self.ones_like()._windows_of(kernel_size, stride, dilation, padding, value=1.0 if count_include_pad else 0.0,
+                                              ceil_mode=ceil_mode, ceil_value=0.0)
     return windows.sum(axis=axes) / counted.sum(axis=axes)
 
-  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0):
-    windows, axes = self._windows_of(kernel_size, stride, dilation, padding, value=dtypes.min(self.dtype))
+  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False):
+    windows, axes = self._windows_of(kernel_size, stride, dilation, padding, value=dtypes.min(self.dtype), ceil_mode=ceil_mode)
     return windows.max(axes)
 
   def conv2d(self, weight, bias=None, groups=1, stride=1, dilation=1, padding=0, dtype=None):

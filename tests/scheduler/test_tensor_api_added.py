@@ -210,3 +210,36 @@ def test_division_by_the_same_tensor_folds_away():
   x = rng.standard_normal((3, 1)).astype(np.float32)
   np.testing.assert_array_equal(Tensor(x).softmax(1).numpy(), np.ones((3, 1), np.float32))
   np.testing.assert_allclose(((Tensor(x) * 3) / 3).numpy(), x, rtol=1e-6)
+
+
+def pool_reference(x, k, s, p, d, ceil, kind, include_pad=True):
+  """Pooling by its definition (torch's output size rule for ceil_mode: the last window starts inside the input or
+  its left padding; the average's divisor counts the padding, never the ceil overhang)."""
+  n, c, h, w = x.shape
+  def out_size(length):
+    num = length + 2 * p - (d * (k - 1) + 1)
+    o = (-(-num // s) if ceil else num // s) + 1
+    return o - 1 if ceil and (o - 1) * s >= length + p else o
+  oh, ow = out_size(h), out_size(w)
+  big = 2 * p + 2 * k * d + s
+  xp = np.full((n, c, h + big, w + big), -np.inf if kind == "max" else 0.0)
+  xp[:, :, p:p + h, p:p + w] = x
+  counted = np.zeros(xp.shape[2:])
+  if include_pad: counted[:h + 2 * p, :w + 2 * p] = 1
+  else: counted[p:p + h, p:p + w] = 1
+  out = np.zeros((n, c, oh, ow))
+  for i, j in np.ndindex(oh, ow):
+    ys, xs = [i * s + a * d for a in range(k)], [j * s + b * d for b in range(k)]
+    window = xp[:, :, ys][:, :, :, xs]
+    out[:, :, i, j] = window.max((2, 3)) if kind == "max" else window.sum((2, 3)) / counted[np.ix_(ys, xs)].sum()
+  return out
+
+
+@pytest.mark.parametrize("k,s,p,d", [(2, 2, 0, 1), (3, 2, 1, 1), (3, 3, 1, 1), (2, 3, 0, 2), (3, 2, 0, 1)])
+@pytest.mark.parametrize("ceil", [False, True])
+def test_pooling_with_ceil_mode_and_dilation(k, s, p, d, ceil):
+  x = rng.standard_normal((1, 2, 7, 6)).astype(np.float32)
+  np.testing.assert_allclose(Tensor(x).max_pool2d(k, s, d, p, ceil_mode=ceil).numpy(), pool_reference(x, k, s, p, d, ceil, "max"), atol=1e-6)
+  np.testing.assert_allclose(Tensor(x).avg_pool2d(k, s, d, p, ceil_mode=ceil).numpy(), pool_reference(x, k, s, p, d, ceil, "avg"), atol=1e-5)
+  np.testing.assert_allclose(Tensor(x).avg_pool2d(k, s, d, p, ceil_mode=ceil, count_include_pad=False).numpy(),
+                             pool_reference(x, k, s, p, d, ceil, "avg", include_pad=False), atol=1e-5)
