@@ -116,7 +116,27 @@ class Movement:
   def __getitem__(self, indices): return self._getitem(indices)
 
   def __setitem__(self, indices, v):
-    raise NotImplementedError("setitem is not supported; use assign on a contiguous tensor")
+    """self[indices] = v, as an assign: v (broadcast, cast to self's dtype) written where the index selects. A
+    realized tensor is written in place at once (slices and ints through a view of its buffer, tensor indices and
+    strides through a mask over the whole tensor); an unrealized one becomes the updated value."""
+    if self.requires_grad: raise NotImplementedError("setitem with requires_grad is not supported")
+    if not isinstance(v, (TensorBase, int, float, bool)): raise TypeError(f"can't set a {type(v).__name__} into a Tensor")
+    region_shape = self[indices].shape
+    value = (v if isinstance(v, TensorBase) else type(self)(v, device=self.device, dtype=self.dtype, requires_grad=False))
+    value = value.cast(self.dtype).expand(region_shape) if value.shape != region_shape else value.cast(self.dtype)
+    items = [i for i in (indices if isinstance(indices, tuple) else (indices,))]
+    plain = all(i is None or i is Ellipsis or isinstance(i, int) or (isinstance(i, slice) and i.step in (None, 1)) for i in items)
+    if plain and self.lazydata.is_realized and self.lazydata.base is self.lazydata:
+      self[indices].assign(value.contiguous() if value.lazydata.base is self.lazydata.base else value).realize()
+      return
+    size = prod(self.shape)
+    positions = type(self).arange(size, device=self.device, requires_grad=False).reshape(self.shape)[indices].flatten()
+    hits = positions.unsqueeze(-1)._one_hot_along_dim(size)                            # (selected, size)
+    written = hits.any(0)
+    placed = hits.where(value.flatten().unsqueeze(-1), 0).sum(0, dtype=self.dtype)   # positions are distinct per axis
+    updated = written.reshape(self.shape).where(placed.reshape(self.shape).cast(self.dtype), self)
+    self.assign(updated.contiguous())
+    if self.lazydata.is_realized or updated.lazydata.is_realized: self.realize()
 
   def _normalize_indices(self, indices) -> list:
     """The index as a list with exactly one entry per axis (Ellipsis expanded), plus None entries."""

@@ -243,3 +243,31 @@ def test_pooling_with_ceil_mode_and_dilation(k, s, p, d, ceil):
   np.testing.assert_allclose(Tensor(x).avg_pool2d(k, s, d, p, ceil_mode=ceil).numpy(), pool_reference(x, k, s, p, d, ceil, "avg"), atol=1e-5)
   np.testing.assert_allclose(Tensor(x).avg_pool2d(k, s, d, p, ceil_mode=ceil, count_include_pad=False).numpy(),
                              pool_reference(x, k, s, p, d, ceil, "avg", include_pad=False), atol=1e-5)
+
+
+@pytest.mark.parametrize("index,value", [
+  ((slice(1, 3),), 7.0), ((1, slice(None, None, 2)), -1.0), ((slice(None), 4), np.arange(4, dtype=np.float32)),
+  ((np.array([0, 2]),), np.full(5, 9.0, np.float32)), ((slice(None), np.array([4, 0])), 3.0), ((Ellipsis, 1), np.arange(4, dtype=np.float32)),
+  ((2, 3), 5.5), ((slice(1, None), slice(None, 2)), np.array([[1.0, 2.0]] * 3, np.float32)),
+], ids=str)
+@pytest.mark.parametrize("realized", [True, False])
+def test_setitem_writes_where_the_index_selects(index, value, realized):
+  base = np.arange(20, dtype=np.float32).reshape(4, 5)
+  t = Tensor(base.copy()).realize() if realized else Tensor.arange(20).float().reshape(4, 5)
+  as_tensor = tuple(Tensor(i.astype(np.int32)) if isinstance(i, np.ndarray) else i for i in index)
+  t[as_tensor] = Tensor(value) if isinstance(value, np.ndarray) else value
+  expect = base.copy()
+  expect[index] = value
+  np.testing.assert_array_equal(t.numpy(), expect)
+
+
+def test_setitem_refuses_what_it_cannot_do():
+  with pytest.raises(NotImplementedError, match="requires_grad"):
+    w = Tensor.ones(3, requires_grad=True)
+    w[0] = 2.0
+  with pytest.raises(TypeError, match="can't set"):
+    t = Tensor.ones(3)
+    t[0] = "x"
+  x = Tensor([1, 2, 3], dtype=dtypes.int32).realize()
+  x[1] = 7.9   # cast to the tensor's dtype, as the reference does
+  assert x.numpy().tolist() == [1, 7, 3]
