@@ -25,7 +25,22 @@ def nested_views() -> dict:
   inner = base[1:7, 2:10][1:5, ::2]
   outs = [inner.contiguous(), inner.flip(1).pad(((1, 0), (0, 2))).permute(1, 0).contiguous(),
           base[2:6].to("PYTHON").contiguous(), base[3:5, 4:8].reshape(8).to("PYTHON") * 2,
-          base[:, 3:9].reshape(8, 2, 3).sum(2), base.reshape(4, 24)[1:3].reshape(2, 4, 6)[:, 1:3].contiguous()]
+          base[:, 3:9].reshape(8, 2, 3).sum(2), base.reshape(4, 24)[1:3].reshape(2, 4, 6)[:, 1:3].contiguous(),
+          # flips of padded views (the mask flips with the data), uneven pads on both sides of both axes
+          base[:5, :7].pad(((1, 3), (2, 0))).flip(0).contiguous(), base[2:, 1:].pad(((0, 2), (3, 1))).flip((0, 1)) + 1,
+          base[1:4].pad(((2, 1), (1, 2))).flip(1).sum(0),
+          # strided and offset reshapes whose index divisions reach their divisor exactly
+          base.reshape(96)[1:95].reshape(2, 47)[:, ::3].contiguous(), base.reshape(96)[5:].reshape(7, 13)[:, 1:].reshape(12, 7).sum(1)]
+  Tensor.realize(*outs)
+  return {"outputs": [o.numpy() for o in outs]}
+
+
+def constant_reductions() -> dict:
+  """Reductions whose input is a constant or a masked constant (max, min, prod and sum of fills, pads and
+  triangles), which the scheduler folds or keeps depending on the reduce op and FUSE_ARANGE."""
+  outs = [Tensor.full((4, 8), 2.5).max(1), Tensor.full((3, 5), -1.5).min(0), Tensor.full((6,), 1.5).prod(),
+          Tensor.ones(4, 4).pad(((1, 0), (0, 2)), value=-3.0).max(0), Tensor.ones(5, 5).tril().max(1), Tensor.ones(5, 5).triu(1).sum(0),
+          Tensor.ones(8).cumsum().max(), Tensor.full((4, 6), 3).cummax(1).sum(0), (Tensor.arange(12).reshape(3, 4) * 0 + 2).max(1)]
   Tensor.realize(*outs)
   return {"outputs": [o.numpy() for o in outs]}
 

@@ -129,3 +129,16 @@ def test_einsum_attention_workload_matches_numpy():
   np.testing.assert_allclose(weights, expect_weights, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(trace, np.trace(np.einsum("bqd,bkd->qk", expect, expect)), rtol=1e-4)
+
+
+def test_view_and_constant_edge_workloads_match_numpy():
+  views = WORKLOADS["nested_views"]()["outputs"]
+  base = np.arange(96, dtype=np.float32).reshape(8, 12)
+  expect = [np.flip(np.pad(base[:5, :7], ((1, 3), (2, 0))), 0), np.flip(np.pad(base[2:, 1:], ((0, 2), (3, 1))), (0, 1)) + 1,
+            np.flip(np.pad(base[1:4], ((2, 1), (1, 2))), 1).sum(0), base.reshape(96)[1:95].reshape(2, 47)[:, ::3],
+            base.reshape(96)[5:].reshape(7, 13)[:, 1:].reshape(12, 7).sum(1)]
+  for got, want in zip(views[6:], expect): np.testing.assert_array_equal(got, want)
+  constants = WORKLOADS["constant_reductions"]()["outputs"]
+  expect = [np.full(4, 2.5), np.full(5, -1.5), 1.5 ** 6, np.array([1, 1, 1, 1, -3, -3.0]), np.ones(5), np.arange(5.0), 8.0,
+            np.full(6, 12), np.full(3, 2)]
+  for got, want in zip(constants, expect): np.testing.assert_allclose(got, want, rtol=1e-6)
