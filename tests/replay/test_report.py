@@ -3,6 +3,7 @@ and kernel, filters that select what is shown but never the verdict, truncation 
 and an HTML page whose structure a browser's DOM parser sees (table of contents, verdict, per-kernel tables)."""
 import json
 from html.parser import HTMLParser
+import pytest
 from replay import report as rpt
 
 
@@ -71,12 +72,14 @@ def test_markdown_groups_and_json_keeps_every_outcome():
 class _Dom(HTMLParser):
   def __init__(self):
     super().__init__()
-    self.stack, self.found = [], []
+    self.stack, self.found, self.title = [], [], ""
   def handle_starttag(self, tag, attrs):
     self.stack.append(tag)
     self.found.append((tag, dict(attrs)))
   def handle_endtag(self, tag):
     while self.stack and self.stack.pop() != tag: pass
+  def handle_data(self, data):
+    if self.stack and self.stack[-1] == "title": self.title += data
 
 
 def test_html_has_contents_a_styled_verdict_and_one_table_per_hunk():
@@ -91,3 +94,42 @@ def test_html_has_contents_a_styled_verdict_and_one_table_per_hunk():
   # the schedule group: its summary, then one diff table per hunk (two hunks)
   assert page.count("class=\"diff\"") >= 2 and "<h4>base kernel 1 (r_4) / captured kernel 1 (r_4)</h4>" in page
   assert "<span class='minus'>-  [0] 1.0</span>" in page
+
+
+def _browser():
+  import shutil
+  return next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+def _browser_dom(page: str, tmp_path) -> str:
+  """The page as a real headless browser parsed it (its DOM, serialized), after any script ran."""
+  import subprocess
+  path = tmp_path / "report.html"
+  path.write_text(page)
+  proc = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()],
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0 and "<html" in proc.stdout, proc.stderr[-2000:]
+  shot = tmp_path / "report.png"
+  subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,1600", f"--screenshot={shot}", path.as_uri()],
+                 capture_output=True, timeout=120)
+  assert shot.exists() and shot.stat().st_size > 5000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"   # the page rendered
+  return proc.stdout
+
+
+
+@pytest.mark.skipif(_browser() is None, reason="no headless chromium (the CI script installs it)")
+def test_a_real_browser_sees_the_structure_and_nothing_injected(tmp_path):
+  """Issue 15.7 and 13.6 in a real browser: the DOM it builds has the contents, the verdict and one table per hunk,
+  and database text that looks like markup (a kind, a location, a diff) stays text."""
+  hostile = "<img src=x onerror=alert(5)></details></pre><script>document.title='pwned'</script>"
+  s = summary([*sample().outcomes, outcome(7, "changed", kind=hostile, diff="@@ -1 +1 @@\n-" + hostile + "\n+b", location=hostile)])
+  dom = _Dom()
+  dom.feed(_browser_dom(rpt.render_html(s), tmp_path))
+  tags = dom.found
+  assert not [t for t, _ in tags if t in ("img", "script")], "markup from the database became elements"
+  assert ("p", {"class": "verdict fail", "id": "verdict"}) in tags
+  toc_links = [a["href"] for t, a in tags if t == "a" and a.get("href", "").startswith("#g")]
+  sections = [a["id"] for t, a in tags if t == "section"]
+  assert toc_links == ["#" + s for s in sections] and len(sections) == 5
+  assert sum(1 for t, a in tags if t == "table" and "diff" in a.get("class", "")) >= 3
+  assert "pwned" not in dom.title
