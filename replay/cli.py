@@ -367,13 +367,16 @@ def show(capture_id, replay_id, why, why_base, statuses, view_kinds, view_locati
 @click.option("--format", "fmt", type=click.Choice(rpt.FORMATS), default="text", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Write to this file instead of stdout.")
 @click.option("--all", "show_all", is_flag=True, help="Show every group of differences, each in full (no truncation).")
+@click.option("--why", is_flag=True, help="Name the rewrite rule behind each changed schedule group (replays it with tracing; text and html).")
+@click.option("--why-limit", type=click.IntRange(min=1), default=10, show_default=True, help="Explain at most this many groups.")
 @view_options
-def report(replay_id, fmt, output, show_all, statuses, view_kinds, view_location):
+def report(replay_id, fmt, output, show_all, statuses, view_kinds, view_location, why, why_limit):
   """Render a stored replay as text, markdown, json, junit or html; differences most severe first, identical ones
   grouped. The verdict (and the exit code) is the replay's, whatever the filters show."""
   store = _store()
   summary = _stored_summary(store, replay_id, statuses, view_kinds, view_location, show_all)
   row = summary.replay
+  if why: summary.explanations = _explain_groups(store, summary, why_limit)
   text = rpt.render(summary, fmt)
   if output: pathlib.Path(output).write_text(text); click.echo(f"wrote {fmt} report of replay {row['id']} to {output}")
   else: echo_report(text, fmt, page=True)
@@ -454,6 +457,22 @@ def prune(keep, older_than, worktrees, dry_run):
   store.vacuum()
   removed = _remove_trees() if worktrees else 0
   click.echo("removed " + ", ".join(f"{n} {what}" for what, n in gone.items()) + f", {removed} cached worktrees and overlays")
+
+
+def _explain_groups(store: Store, summary: rpt.Summary, limit: int) -> dict[int, str]:
+  """`--why` for the first capture of each changed schedule (or exec) group shown, against the replay's base."""
+  base = summary.replay.get("base_commit")
+  if not base: raise UsageMistake("--why needs a replay against a base revision (`replay diff --base REV`)")
+  explained: dict[int, str] = {}
+  for group in summary.groups():
+    first = group[0]
+    if len(explained) >= limit: break
+    if first["status"] != "changed" or first["kind"] not in ("schedule", "exec"): continue
+    cap = store.capture(first["capture_id"])
+    if cap is None: continue
+    try: explained[first["capture_id"]] = _why(store, cap, base).split("\n", 1)[-1]
+    except HarnessError as e: explained[first["capture_id"]] = f"(could not trace it: {e.message})"
+  return explained
 
 
 def _why(store: Store, cap: dict, base: Optional[str]) -> str:

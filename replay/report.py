@@ -52,6 +52,7 @@ class Summary:
   show_all: bool = False
   accepted: set = field(default_factory=set)   # (kind, location, fingerprint) of changes a reviewer accepted
   missing_shards: list = field(default_factory=list)   # a merge of shards (replay/shards.py) without these shard numbers
+  explanations: dict = field(default_factory=dict)     # capture id -> the rule attribution of `--why` (replay/why.py)
 
   @staticmethod
   def from_row(replay: dict, outcomes: list[dict], capture_runs: Optional[list] = None) -> "Summary":
@@ -282,7 +283,9 @@ def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
   out = [_title(s), tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="simple")]
   out += [f"note: {n}" for n in s.summary_lines()] + s.hotspots()
   groups = s.groups() if s.show_all else s.groups()[:max_diffs]
-  for group in groups: out.append("\n" + render_group(group, None if s.show_all else max_lines))
+  for group in groups:
+    out.append("\n" + render_group(group, None if s.show_all else max_lines))
+    if (why := s.explanations.get(group[0]["capture_id"])): out.append("why: " + clean(why))
   if (more := _more(s, len(groups))): out.append("\n" + more)
   out.append("\n" + s.verdict()[1])
   return "\n".join(out)
@@ -407,13 +410,15 @@ def render_html(s: Summary) -> str:
     anchor = f"g{n}"
     toc.append(f"<li class='{esc(first['status'])}'><a href='#{anchor}'>{esc(_status(first))}</a> [{esc(first['kind'])}] {esc(first['name'])}"
                + (f" &times;{len(group)}" if len(group) > 1 else "") + f" <small>{esc(first['location'])}</small></li>")
-    sections.append(f"<section id='{anchor}' class='{esc(first['status'])}'><h3>{esc(_group_heading(group))}</h3>{_detail_html(first)}</section>")
+    why = s.explanations.get(first["capture_id"])
+    why_html = f"<h4>why</h4><pre class='why'>{esc(why)}</pre>" if why else ""
+    sections.append(f"<section id='{anchor}' class='{esc(first['status'])}'><h3>{esc(_group_heading(group))}</h3>{why_html}{_detail_html(first)}</section>")
   notes = "".join(f"<li>{esc(n)}</li>" for n in s.summary_lines() + s.hotspots())
   style = ("body{font-family:sans-serif;margin:1em 2em} table.diff{font-family:monospace;font-size:12px;margin-bottom:.5em} .diff_add{background:#cfc}"
            " .diff_chg{background:#ffa} .diff_sub{background:#fcc} td,th{padding:2px 8px} .verdict{padding:.5em 1em;font-weight:bold;border-radius:4px}"
            " .verdict.ok{background:#dfd;color:#060} .verdict.fail{background:#fdd;color:#900} pre.detail{background:#f6f6f6;padding:.5em}"
            " .minus{color:#a00} .plus{color:#070} .head{font-weight:bold} li.mismatch a,li.error a{color:#a00;font-weight:bold}"
-           " section{border-top:1px solid #ccc;margin-top:1em} pre.summary{background:#eef;padding:.5em}")
+           " section{border-top:1px solid #ccc;margin-top:1em} pre.summary{background:#eef;padding:.5em} pre.why{background:#ffe;padding:.5em}")
   verdict_class = "ok" if code == EXIT_OK else "fail"
   return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(_title(s))}</title><style>{style}</style></head><body>"
           f"<h1>{esc(_title(s))}</h1><p class='verdict {verdict_class}' id='verdict'>{html.escape(verdict)}</p>"

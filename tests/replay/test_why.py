@@ -37,3 +37,10 @@ def test_why_names_the_realize_rule_a_fusion_change_disabled(repo, tmp_path):
   kernel = next(o["capture_id"] for o in doc["outcomes"] if o["kind"] == "kernel")
   refused = cli("show", str(kernel), "--why", db=db, cwd=repo)
   assert refused.returncode == 2 and "--why explains schedules" in refused.stderr
+  # the same attribution in the reports, per changed group
+  page = tmp_path / "why.html"
+  assert cli("report", "--why", "--format", "html", "--output", str(page), db=db, cwd=repo).returncode == 0
+  html = page.read_text()
+  assert "<pre class='why'>" in html and "scheduler/sched_grouping.py:" in html.split("<pre class='why'>", 1)[1].split("</pre>", 1)[0]
+  text = cli("report", "--why", db=db, cwd=repo).stdout
+  assert "why: first difference at step" in text
