@@ -30,7 +30,9 @@ def nested_views() -> dict:
           base[:5, :7].pad(((1, 3), (2, 0))).flip(0).contiguous(), base[2:, 1:].pad(((0, 2), (3, 1))).flip((0, 1)) + 1,
           base[1:4].pad(((2, 1), (1, 2))).flip(1).sum(0),
           # strided and offset reshapes whose index divisions reach their divisor exactly
-          base.reshape(96)[1:95].reshape(2, 47)[:, ::3].contiguous(), base.reshape(96)[5:].reshape(7, 13)[:, 1:].reshape(12, 7).sum(1)]
+          base.reshape(96)[1:95].reshape(2, 47)[:, ::3].contiguous(), base.reshape(96)[5:].reshape(7, 13)[:, 1:].reshape(12, 7).sum(1),
+          # permuted views flattened and cut one past an inner extent: index // and % whose numerator reaches the divisor
+          base[:4, :6].permute(1, 0).reshape(24)[:5].contiguous(), base[:2, :12].reshape(2, 3, 4).permute(2, 0, 1).reshape(24)[:7] * 3]
   Tensor.realize(*outs)
   return {"outputs": [o.numpy() for o in outs]}
 

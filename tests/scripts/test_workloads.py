@@ -136,7 +136,9 @@ def test_view_and_constant_edge_workloads_match_numpy():
   base = np.arange(96, dtype=np.float32).reshape(8, 12)
   expect = [np.flip(np.pad(base[:5, :7], ((1, 3), (2, 0))), 0), np.flip(np.pad(base[2:, 1:], ((0, 2), (3, 1))), (0, 1)) + 1,
             np.flip(np.pad(base[1:4], ((2, 1), (1, 2))), 1).sum(0), base.reshape(96)[1:95].reshape(2, 47)[:, ::3],
-            base.reshape(96)[5:].reshape(7, 13)[:, 1:].reshape(12, 7).sum(1)]
+            base.reshape(96)[5:].reshape(7, 13)[:, 1:].reshape(12, 7).sum(1), base[:4, :6].T.reshape(24)[:5],
+            base[:2, :12].reshape(2, 3, 4).transpose(2, 0, 1).reshape(24)[:7] * 3]
+  assert len(views) == 6 + len(expect)
   for got, want in zip(views[6:], expect): np.testing.assert_array_equal(got, want)
   constants = WORKLOADS["constant_reductions"]()["outputs"]
   expect = [np.full(4, 2.5), np.full(5, -1.5), 1.5 ** 6, np.array([1, 1, 1, 1, -3, -3.0]), np.ones(5), np.arange(5.0), 8.0,
