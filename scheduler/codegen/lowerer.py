@@ -256,7 +256,7 @@ class _Lowerer:
 
 @dataclass
 class _Lane:
-  """One of the outputs an upcast loop iteration computes: its values so far and the index of the upcast axis."""
+  """One of the outputs an upcast loop iteration computes: its values so far and its index along each upcast axis."""
   scope: dict
   ranges: dict
 
