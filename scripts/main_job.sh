@@ -11,7 +11,7 @@ if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
 "$VENV/bin/python" -m pip install -q -e .
 PY="$VENV/bin/python"
 CACHE="${COMPILE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/process-replay}"
-BUILT=$(find "$CACHE/cpu" -name '*.so' 2>/dev/null | wc -l | tr -d ' ')
+BUILT=$( (find "$CACHE/cpu" -name '*.so' 2>/dev/null || true) | wc -l | tr -d ' ')   # no cache folder yet: 0
 if [ "$BUILT" -lt 100 ]; then
   echo "main job: the compile cache ($CACHE) holds $BUILT kernels: the corpus compiles about 600 C kernels first," \
        "$(nproc 2>/dev/null || echo 1) at a time (about a minute on 2 cores); later runs take them from the cache" >&2
