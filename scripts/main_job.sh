@@ -17,7 +17,7 @@ if [ "$BUILT" -lt 100 ]; then
        "$(nproc 2>/dev/null || echo 1) at a time (about a minute on 2 cores); later runs take them from the cache" >&2
 fi
 echo "main job: capturing the corpus (python -m scripts.workloads) into ${REPLAY_DB:-.replay/replay.db}" >&2
-COMPILE_PROGRESS=1 "$PY" -m replay capture -- "$PY" -m scripts.workloads
+COMPILE_PROGRESS=1 "$PY" -m replay capture -- "$PY" -m scripts.workloads --jobs "$(nproc 2>/dev/null || echo 1)"
 echo "main job: replaying every capture" >&2
 if git rev-parse --verify --quiet HEAD >/dev/null 2>&1; then
   exec "$PY" -m replay diff --base HEAD "$@"

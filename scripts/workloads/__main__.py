@@ -1,8 +1,28 @@
-"""python -m scripts.workloads [--list] [--only NAME...] [--no-variants]: run the corpus, one line per workload.
+"""python -m scripts.workloads [--list] [--only NAME...] [--no-variants] [--jobs N]: run the corpus, one line per workload.
 
-Each workload runs inside `replay_location("workload:NAME")`, so its captures say which workload they belong to."""
+Each workload runs inside `replay_location("workload:NAME")`, so its captures say which workload they belong to.
+With --jobs N, N forked processes run the workloads (a workload and its variants stay in one process, so their
+shared kernels compile once); under `replay capture` every process captures into the same run."""
 from __future__ import annotations
-import argparse, sys, time, traceback
+import argparse, os, sys, time, traceback
+
+
+def _run_group(names: list[str]) -> list[tuple[str, int, float, str]]:
+  """(name, kernels, seconds, status) of each workload, run one after the other in this process."""
+  from scheduler import realize
+  from replay import replay_location
+  from scripts.workloads import all_runs
+  runs, out = all_runs(), []
+  for name in names:
+    before, t0 = realize.stats["kernels"], time.perf_counter()
+    try:
+      with replay_location(f"workload:{name}"): runs[name]()
+      status = "ok"
+    except Exception as e:
+      status = f"FAILED {type(e).__name__}: {e}"
+      traceback.print_exc(file=sys.stderr)
+    out.append((name, realize.stats["kernels"] - before, time.perf_counter() - t0, status))
+  return out
 
 
 def main(argv=None) -> int:
@@ -10,6 +30,7 @@ def main(argv=None) -> int:
   parser.add_argument("--list", action="store_true", help="list the workloads and exit")
   parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these workloads (prefix match, e.g. ref_ or mlp_sgd[PYTHON])")
   parser.add_argument("--no-variants", action="store_true", help="run each workload once, on CPU with default flags (no PYTHON or flag variants)")
+  parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="run workloads in N processes (default 1)")
   args = parser.parse_args(argv)
   from scripts.workloads import all_runs
   runs = all_runs(variants=not args.no_variants)
@@ -23,19 +44,19 @@ def main(argv=None) -> int:
     if unknown:
       print(f"error: unknown workload(s): {', '.join(unknown)} (see --list)", file=sys.stderr)
       return 2
-  from scheduler import realize
-  from replay import replay_location
+  groups: dict[str, list[str]] = {}
+  for name in names: groups.setdefault(name.split("[")[0], []).append(name)
   failed, t_all = [], time.perf_counter()
-  for name in names:
-    before, t0 = realize.stats["kernels"], time.perf_counter()
-    try:
-      with replay_location(f"workload:{name}"): runs[name]()
-      status = "ok"
-    except Exception as e:
-      failed.append(name)
-      status = f"FAILED {type(e).__name__}: {e}"
-      traceback.print_exc(file=sys.stderr)
-    print(f"{name:<40} {realize.stats['kernels'] - before:5d} kernels {time.perf_counter() - t0:7.2f}s  {status}", flush=True)
+  def report(results) -> None:
+    for name, kernels, seconds, status in results:
+      if status != "ok": failed.append(name)
+      print(f"{name:<40} {kernels:5d} kernels {seconds:7.2f}s  {status}", flush=True)
+  if args.jobs > 1 and len(groups) > 1 and hasattr(os, "fork"):
+    import multiprocessing
+    with multiprocessing.get_context("fork").Pool(min(args.jobs, len(groups))) as pool:
+      for results in pool.imap_unordered(_run_group, groups.values()): report(results)
+  else:
+    for group in groups.values(): report(_run_group(group))
   print(f"{len(names) - len(failed)}/{len(names)} workloads ok in {time.perf_counter() - t_all:.1f}s")
   return 1 if failed else 0
 
