@@ -7,12 +7,15 @@ from __future__ import annotations
 import argparse, os, sys, time, traceback
 
 
-def _run_group(names: list[str]) -> list[tuple[str, int, float, str]]:
-  """(name, kernels, seconds, status) of each workload, run one after the other in this process."""
+def _run_group(names: list[str]) -> tuple[list[tuple[str, int, float, str]], tuple[int, int, float]]:
+  """(name, kernels, seconds, status) of each workload, run one after the other in this process, and the kernel
+  builds it took (built, from the cache, compiler seconds)."""
   from scheduler import realize
+  from scheduler.device import BUILDS
   from replay import replay_location
   from scripts.workloads import all_runs
   runs, out = all_runs(), []
+  builds_before = (BUILDS.built, BUILDS.cached, BUILDS.seconds)
   for name in names:
     before, t0 = realize.stats["kernels"], time.perf_counter()
     try:
@@ -22,7 +25,7 @@ def _run_group(names: list[str]) -> list[tuple[str, int, float, str]]:
       status = f"FAILED {type(e).__name__}: {e}"
       traceback.print_exc(file=sys.stderr)
     out.append((name, realize.stats["kernels"] - before, time.perf_counter() - t0, status))
-  return out
+  return out, (BUILDS.built - builds_before[0], BUILDS.cached - builds_before[1], BUILDS.seconds - builds_before[2])
 
 
 def main(argv=None) -> int:
@@ -46,15 +49,20 @@ def main(argv=None) -> int:
       return 2
   groups: dict[str, list[str]] = {}
   for name in names: groups.setdefault(name.split("[")[0], []).append(name)
-  failed, t_all = [], time.perf_counter()
-  def report(results) -> None:
+  failed, t_all, builds = [], time.perf_counter(), [0, 0, 0.0]
+  def report(outcome) -> None:
+    results, built = outcome
+    for k in range(3): builds[k] += built[k]
     for name, kernels, seconds, status in results:
       if status != "ok": failed.append(name)
       print(f"{name:<40} {kernels:5d} kernels {seconds:7.2f}s  {status}", flush=True)
   if args.jobs > 1 and len(groups) > 1 and hasattr(os, "fork"):
     import multiprocessing
     with multiprocessing.get_context("fork").Pool(min(args.jobs, len(groups))) as pool:
-      for results in pool.imap_unordered(_run_group, groups.values()): report(results)
+      for outcome in pool.imap_unordered(_run_group, groups.values()): report(outcome)
+    if os.getenv("COMPILE_PROGRESS", "0") not in ("", "0"):   # the worker processes end without their own summary
+      print(f"compiled {builds[0]} kernels ({builds[2]:.1f} s of compiler time in {min(args.jobs, len(groups))} processes), "
+            f"{builds[1]} from the cache", file=sys.stderr)
   else:
     for group in groups.values(): report(_run_group(group))
   print(f"{len(names) - len(failed)}/{len(names)} workloads ok in {time.perf_counter() - t_all:.1f}s")

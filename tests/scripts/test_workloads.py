@@ -144,3 +144,14 @@ def test_view_and_constant_edge_workloads_match_numpy():
   expect = [np.full(4, 2.5), np.full(5, -1.5), 1.5 ** 6, np.array([1, 1, 1, 1, -3, -3.0]), np.ones(5), np.arange(5.0), 8.0,
             np.full(6, 12), np.full(3, 2)]
   for got, want in zip(constants, expect): np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_jobs_run_workloads_in_processes_that_capture_into_one_run(tmp_path):
+  from tests.replay.conftest import cli
+  from db import Store
+  db = tmp_path / "r.db"
+  proc = cli("capture", "--", sys.executable, "-m", "scripts.workloads", "--only", "ref_add_const", "ref_sum_all", "ref_matmul", "--jobs", "2", db=db)
+  assert proc.returncode == 0 and "24/24 workloads ok" in proc.stdout, proc.stdout + proc.stderr   # ref_matmul also matches ref_matmul_bias_relu
+  caps = Store(str(db)).captures()
+  assert len({c["run_id"] for c in caps}) == 1
+  assert {c["location"].split(" @ ")[0] for c in caps} >= {"workload:ref_add_const", "workload:ref_sum_all[PYTHON]", "workload:ref_matmul[SPLIT_REDUCEOP=0]"}
