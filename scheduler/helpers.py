@@ -5,7 +5,7 @@ Nothing in here imports another module of the project. Every flag the compiler r
 capture can snapshot all flags and a replay can restore them with `Context(**flags)`.
 """
 from __future__ import annotations
-import os
+import os, threading
 from functools import cache
 from typing import Any, Iterable, Sequence, TypeVar
 
@@ -19,8 +19,14 @@ def getenv(key: str, default: Any = 0) -> Any:
   return default if raw is None else type(default)(raw)
 
 
+# the flag values `Context` blocks set, per thread: a block in one thread (the capture's read-back turning capture
+# off, a replay applying captured flags) must not change what another thread's code sees at the same moment
+_block_values = threading.local()
+
+
 class ContextVar:
-  """A named integer flag: its environment value at import, overridable for a block with `Context`.
+  """A named integer flag: its environment value at import, overridable for a block with `Context` (in the thread
+  that runs the block). Assigning `.value` changes the process-wide value.
 
   It behaves like its integer value in comparisons and truth tests (`if DEBUG >= 2:`)."""
   _cache: dict[str, ContextVar] = {}   # every flag by name; the harness snapshots and restores it
@@ -28,8 +34,16 @@ class ContextVar:
   def __init__(self, key: str, default_value: int):
     if key in ContextVar._cache: raise RuntimeError(f"flag {key} is defined twice")
     self.key, self.default = key, default_value
-    self.value: int = getenv(key, default_value)
+    self.process_value: int = getenv(key, default_value)
     ContextVar._cache[key] = self
+
+  @property
+  def value(self) -> int:
+    blocks = getattr(_block_values, "flags", None)
+    return blocks[self.key] if blocks and self.key in blocks else self.process_value
+
+  @value.setter
+  def value(self, new: int) -> None: self.process_value = new
 
   def __int__(self) -> int: return int(self.value)
   def __index__(self) -> int: return int(self.value)
@@ -49,18 +63,26 @@ class ContextVar:
 
 
 class Context:
-  """Set flags for a block; the previous values come back on exit, also when the block raises."""
+  """Set flags for a block, in the thread that runs it; the previous values come back on exit, also when the block
+  raises."""
+  _UNSET = object()
+
   def __init__(self, **flags: int): self.flags = flags
 
   def __enter__(self) -> Context:
     unknown = sorted(set(self.flags) - set(ContextVar._cache))
     if unknown: raise KeyError(f"unknown flag(s) for Context: {', '.join(unknown)}")
-    self.saved = {name: ContextVar._cache[name].value for name in self.flags}
-    for name, value in self.flags.items(): ContextVar._cache[name].value = value
+    blocks = getattr(_block_values, "flags", None)
+    if blocks is None: blocks = _block_values.flags = {}
+    self.saved = {name: blocks.get(name, Context._UNSET) for name in self.flags}
+    blocks.update(self.flags)
     return self
 
   def __exit__(self, *exc) -> bool:
-    for name, value in self.saved.items(): ContextVar._cache[name].value = value
+    blocks = _block_values.flags
+    for name, value in self.saved.items():
+      if value is Context._UNSET: blocks.pop(name, None)
+      else: blocks[name] = value
     return False
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum, functools, hashlib, inspect, itertools, math, threading, weakref
 from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
 from scheduler.dtype import DType, dtypes, ConstType
-from scheduler.helpers import computed_once, prod, unwrap, TRACK_MATCH_STATS, PICKLE_BUFFERS, Metadata
+from scheduler.helpers import Context, computed_once, prod, unwrap, TRACK_MATCH_STATS, PICKLE_BUFFERS, Metadata
 from scheduler.device import Buffer   # the device layer sits below the IR: it knows dtypes, not UOps
 if TYPE_CHECKING:
   from scheduler.shape.shapetracker import ShapeTracker
@@ -535,9 +535,7 @@ def _stable_repr(arg) -> str:
   return repr(arg)
 
 
-class _no_tracking:
-  def __enter__(self): self.old, TRACK_MATCH_STATS.value = TRACK_MATCH_STATS.value, 0
-  def __exit__(self, *a): TRACK_MATCH_STATS.value = self.old
+def _no_tracking(): return Context(TRACK_MATCH_STATS=0)
 
 
 def pretty_print(x: UOp, cache=None, d=0) -> str:

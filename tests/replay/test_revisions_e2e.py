@@ -204,7 +204,7 @@ def test_sigterm_ends_the_replay_with_143_and_kills_a_worker_stuck_in_a_kernel(r
   # wait until the worker is spinning in the kernel: a child process of the replay using the CPU
   deadline = time.time() + 60
   while time.time() < deadline:
-    children = subprocess.run(["pgrep", "-f", "replay.worker"], capture_output=True, text=True).stdout.split()
+    children = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "replay.worker"], capture_output=True, text=True).stdout.split()   # ours only
     busy = [pid for pid in children if float((subprocess.run(["ps", "-o", "%cpu=", "-p", pid], capture_output=True, text=True).stdout or "0").strip() or 0) > 50]
     if busy: break
     time.sleep(0.5)

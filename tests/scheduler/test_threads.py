@@ -26,3 +26,27 @@ def test_the_same_node_built_in_four_threads_is_one_object():
   dev = UOp(Ops.DEVICE, arg="CPU")
   made = _in_threads(lambda k: [UOp(Ops.CONST, dtypes.float32, (dev,), float(1000 + i) + 0.5) for i in range(3000)])
   for i in range(3000): assert len({id(nodes[i]) for nodes in made}) == 1
+
+
+def test_a_context_block_sets_flags_for_its_own_thread_only():
+  """A Context in one thread (the capture's read-back turns capture off) must not change what another thread sees:
+  that lost captures of concurrent realizes."""
+  from scheduler.helpers import Context, FUSE_ARANGE
+  entered, release, seen = threading.Event(), threading.Event(), []
+  def inside():
+    with Context(FUSE_ARANGE=1):
+      seen.append(("inside", int(FUSE_ARANGE)))
+      entered.set()
+      release.wait(10)
+    seen.append(("after", int(FUSE_ARANGE)))
+  t = threading.Thread(target=inside)
+  t.start()
+  entered.wait(10)
+  seen.append(("other thread", int(FUSE_ARANGE)))
+  release.set()
+  t.join()
+  assert sorted(seen) == [("after", 0), ("inside", 1), ("other thread", 0)]
+  with Context(FUSE_ARANGE=1):
+    with Context(FUSE_ARANGE=0): assert int(FUSE_ARANGE) == 0
+    assert int(FUSE_ARANGE) == 1
+  assert int(FUSE_ARANGE) == 0
