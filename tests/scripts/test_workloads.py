@@ -27,12 +27,16 @@ def test_workload_equal_on_cpu_and_python(name):
   for a, b in zip(cpu["outputs"], py["outputs"]):
     np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(cpu.get("losses", []), py.get("losses", []), rtol=1e-4)
+  if name in TRAINING:   # the training workloads train: their loss goes down
+    losses = cpu["losses"]
+    assert losses[-1] < losses[0] and all(np.isfinite(losses))
 
 
-@pytest.mark.parametrize("name", ["mlp_sgd", "cnn_adam", "transformer_adamw", "upsampling_decoder", "nll_classifier"])
-def test_training_loss_decreases(name):
-  losses = WORKLOADS[name]()["losses"]
-  assert losses[-1] < losses[0] and all(np.isfinite(losses))
+TRAINING = ["mlp_sgd", "cnn_adam", "transformer_adamw", "upsampling_decoder", "nll_classifier"]
+
+
+def test_training_workloads_report_losses():
+  assert all(name in WORKLOADS for name in TRAINING)
 
 
 def test_symbolic_workload_matches_numpy():
