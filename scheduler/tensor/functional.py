@@ -44,11 +44,10 @@ class Functional:
 
   def scaled_dot_product_attention(self, key, value, attn_mask: Optional = None, dropout_p: float = 0.0, is_causal: bool = False):
     """softmax(q k^T / sqrt(d) + mask) v; a bool mask (or is_causal) keeps where True."""
+    if is_causal and attn_mask is not None: raise RuntimeError("is_causal=True builds its own mask: give attn_mask or is_causal, not both")
     score_dtype = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
     scores = self.matmul(key.transpose(-2, -1), dtype=score_dtype) / math.sqrt(self.shape[-1])
-    if is_causal:
-      if attn_mask is not None: raise RuntimeError("cannot set attn_mask when is_causal=True")
-      attn_mask = scores._band_mask(0, lower=True)   # the same values as ones(rows, cols).tril(), as a constant
+    if is_causal: attn_mask = scores._band_mask(0, lower=True)   # the same values as ones(rows, cols).tril(), as a constant
     if attn_mask is not None:
       # a bool mask is broadcast before it becomes -inf/0, so that nothing smaller than the scores is computed and
       # expanded (which would realize it, S39): a causal mask then costs no kernel of its own

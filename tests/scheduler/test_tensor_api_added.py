@@ -198,7 +198,7 @@ def test_errors_have_the_reference_kinds():
   assert (Tensor([True, False]) ^ Tensor([True, True])).numpy().tolist() == [False, True]
   assert (Tensor([6, 3]) & 5).numpy().tolist() == [4, 1]
   q = Tensor.ones(1, 2, 4)
-  with pytest.raises(RuntimeError, match="attn_mask when is_causal"): q.scaled_dot_product_attention(q, q, attn_mask=Tensor.ones(2, 2).bool(), is_causal=True)
+  with pytest.raises(RuntimeError, match="attn_mask or is_causal, not both"): q.scaled_dot_product_attention(q, q, attn_mask=Tensor.ones(2, 2).bool(), is_causal=True)
   with pytest.raises(ValueError, match="kernel size"): Tensor.ones(1, 1, 2, 2).conv2d(Tensor.ones(1, 1, 3, 3))
   with pytest.raises(ValueError, match="does not match"): Tensor.ones(1, 2, 4, 4).conv2d(Tensor.ones(1, 3, 3, 3))
 
