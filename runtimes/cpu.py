@@ -5,9 +5,9 @@ Rendering is capture point **kernel**: (AST, device, options) in, (source, kerne
 """
 from __future__ import annotations
 import ctypes, functools, math, os, re, shutil, subprocess
-from typing import Callable
+from typing import Callable, Optional
 from scheduler.dtype import DType, dtypes
-from scheduler.device import HostDevice, Buffer, build_all, find_c_compiler, DeviceError
+from scheduler.device import HostDevice, Buffer, build_all, cache_path, find_c_compiler, DeviceError
 from scheduler.ops import UOp, Ops
 from scheduler.codegen.lowerer import lower, Program
 from scheduler import hooks
@@ -18,6 +18,7 @@ from scheduler import hooks
 # libgcc for the helpers. That takes about a tenth off every build.
 CFLAGS = ("-O2", "-shared", "-fPIC", "-fwrapv", "-std=c11", "-ffp-contract=off", "-nostdlib")
 LIBS = ("-lm", "-lgcc")
+UNIT_MIN_KERNELS = 8   # this many new kernels of one schedule build as shared translation units
 
 
 @functools.cache
@@ -72,19 +73,46 @@ class CPUDevice(HostDevice):
       except Exception as e: rendered.append(e)
     # the cache key holds the flags and the compiler, so a kernel built by another compiler or flags is not reused
     keys = [None if isinstance(r, Exception) else r[0] + "\n// " + " ".join(CFLAGS + LIBS) + "\n// " + compiler_identity() for r in rendered]
-    paths = build_all("cpu", keys, _compile_c)
+    loaded: dict[int, Callable] = {}
+    missing = [i for i, key in enumerate(keys) if key is not None and not cache_path("cpu", key).exists()]
+    if len(missing) >= UNIT_MIN_KERNELS: loaded = self._build_units([(i, rendered[i]) for i in missing])   # type: ignore[misc]
+    paths = build_all("cpu", [None if i in loaded else key for i, key in enumerate(keys)], _compile_c)
     out: list[Callable | Exception] = []
-    for r, path in zip(rendered, paths):
-      if isinstance(r, Exception): out.append(r)
+    for i, (r, path) in enumerate(zip(rendered, paths)):
+      if i in loaded: out.append(loaded[i])
+      elif isinstance(r, Exception): out.append(r)
       elif isinstance(path, Exception): out.append(path)
       else: out.append(self._load(path, r[1]))
     return out
 
-  def _load(self, lib_path, prg: Program) -> Callable:
+  def _build_units(self, kernels: list[tuple[int, tuple[str, Program]]]) -> dict[int, Callable]:
+    """Many new kernels at once (a training step's schedule) build as a few translation units, one per core, instead
+    of one compiler process each: the per-process cost (start, link) is most of a small kernel's build. Each
+    function gets a unique name in its unit; a unit is cached by its whole source, so the same schedule built again
+    (another run, a replay) finds it. Kernels whose source does not have the usual shape build alone."""
+    fits = [(i, src, prg) for i, (src, prg) in kernels if src.startswith(_PRELUDE) and src.count(f"void {prg.name}(") == 1]
+    per_unit = -(-len(fits) // (os.cpu_count() or 1))
+    units = [fits[k:k + per_unit] for k in range(0, len(fits), per_unit)] if fits else []
+    sources, symbols = [], []
+    for unit in units:
+      parts, names = [_PRELUDE], []
+      for i, src, prg in unit:
+        symbol = f"{prg.name}__k{i}"   # kernel names never hold "__": no clash with another kernel's name
+        parts.append(src[len(_PRELUDE):].replace(f"void {prg.name}(", f"void {symbol}(", 1))
+        names.append((i, prg, symbol))
+      sources.append("\n".join(parts) + "\n// " + " ".join(CFLAGS + LIBS) + "\n// " + compiler_identity())
+      symbols.append(names)
+    loaded: dict[int, Callable] = {}
+    for path, names in zip(build_all("cpu-units", sources, _compile_c, kernels=[len(u) for u in units]), symbols):
+      if isinstance(path, Exception) or path is None: continue   # those kernels build alone next, and fail alone if they must
+      for i, prg, symbol in names: loaded[i] = self._load(path, prg, symbol)
+    return loaded
+
+  def _load(self, lib_path, prg: Program, symbol: Optional[str] = None) -> Callable:
     name = prg.name
     lib = ctypes.CDLL(str(lib_path))
     self._libs.append(lib)
-    fxn = getattr(lib, name)
+    fxn = getattr(lib, symbol or name)
     fxn.restype = None
     var_names = [v[0] for v in prg.variables]
 

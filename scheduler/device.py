@@ -160,14 +160,19 @@ def cache_dir() -> pathlib.Path:
   return pathlib.Path(root)
 
 
-def cached_build(kind: str, source: str, build) -> pathlib.Path:
-  """The path of `build(source, out_path)`'s product, built at most once per source hash (also across processes)."""
-  digest = hashlib.sha256(source.encode()).hexdigest()
-  folder = cache_dir() / kind
+def cache_path(kind: str, source: str) -> pathlib.Path:
+  """Where `cached_build` keeps the product of `source` (it may not exist yet)."""
+  return cache_dir() / kind / f"{hashlib.sha256(source.encode()).hexdigest()}.so"
+
+
+def cached_build(kind: str, source: str, build, kernels: int = 1) -> pathlib.Path:
+  """The path of `build(source, out_path)`'s product, built at most once per source hash (also across processes);
+  `kernels` is how many kernels the source holds (for the build counts)."""
+  path = cache_path(kind, source)
+  folder = path.parent
   folder.mkdir(parents=True, exist_ok=True)
-  path = folder / f"{digest}.so"
   if path.exists():
-    BUILDS.record(built=False)
+    BUILDS.record(built=False, kernels=kernels)
     return path
   t0 = time.perf_counter()
   fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
@@ -177,17 +182,17 @@ def cached_build(kind: str, source: str, build) -> pathlib.Path:
     os.replace(tmp, path)  # atomic: a concurrent builder never sees a half-written file
   finally:
     if os.path.exists(tmp): os.unlink(tmp)
-  BUILDS.record(built=True, seconds=time.perf_counter() - t0)
+  BUILDS.record(built=True, seconds=time.perf_counter() - t0, kernels=kernels)
   return path
 
 
-def build_all(kind: str, sources: list[Optional[str]], build) -> list[pathlib.Path | Exception | None]:
+def build_all(kind: str, sources: list[Optional[str]], build, kernels: Optional[list[int]] = None) -> list[pathlib.Path | Exception | None]:
   """`cached_build` of many sources at once, in parallel threads (each build is a compiler process); a failure is
   that source's exception, a None source stays None."""
   todo = [i for i, src in enumerate(sources) if src is not None]
   out: list[pathlib.Path | Exception | None] = [None] * len(sources)
   def one(i: int):
-    try: out[i] = cached_build(kind, sources[i], build)   # type: ignore[arg-type]
+    try: out[i] = cached_build(kind, sources[i], build, kernels[i] if kernels else 1)   # type: ignore[arg-type]
     except Exception as e: out[i] = e
   workers = min(len(todo), os.cpu_count() or 1)
   if workers <= 1:
@@ -205,12 +210,13 @@ class BuildStats:
     self.built = self.cached = 0
     self.seconds = 0.0
     self.reported_at = 0.0
+    self.reported_bucket = 0
     self.registered = False
 
-  def record(self, built: bool, seconds: float = 0.0) -> None:
+  def record(self, built: bool, seconds: float = 0.0, kernels: int = 1) -> None:
     with self.lock:
-      if built: self.built, self.seconds = self.built + 1, self.seconds + seconds
-      else: self.cached += 1
+      if built: self.built, self.seconds = self.built + kernels, self.seconds + seconds
+      else: self.cached += kernels
       if os.getenv("COMPILE_PROGRESS", "0") in ("", "0"): return
       if not self.registered:
         self.registered = True
@@ -224,7 +230,8 @@ class BuildStats:
       self.reported_at = now
       sys.stderr.write(f"\rcompiling kernels: {self.built} built ({self.seconds:.1f} s of compiler time), {self.cached} from the cache ")
       sys.stderr.flush()
-    elif not terminal and self.built % 50 == 0:
+    elif not terminal and self.built // 50 > self.reported_bucket:
+      self.reported_bucket = self.built // 50
       sys.stderr.write(f"compiling kernels: {self.built} built so far ({self.seconds:.1f} s of compiler time), {self.cached} from the cache\n")
 
   def summary(self) -> None:

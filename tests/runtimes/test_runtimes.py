@@ -84,6 +84,33 @@ def test_the_kernels_of_a_schedule_build_together_before_the_first_runs(tmp_path
 
 
 @needs_cc
+def test_many_new_kernels_build_as_one_translation_unit_per_core(tmp_path, monkeypatch):
+  """Issue 16.3: a schedule with many new kernels costs one compiler process per core, not one per kernel; the same
+  schedule built again (a fresh process: an empty program cache) takes the units from the disk cache."""
+  import runtimes.cpu as cpu
+  from scheduler import realize
+  monkeypatch.setenv("COMPILE_CACHE_DIR", str(tmp_path))
+  builds, real = [], cpu._compile_c
+  monkeypatch.setattr(cpu, "_compile_c", lambda src, out: (builds.append(src.count("void ")), real(src, out)))
+  old = Device.DEFAULT
+  Device.DEFAULT = "CPU"
+  try:
+    for attempt in range(2):
+      monkeypatch.setattr(realize, "_program_cache", {})
+      x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6)).realize()
+      outs = [(x * k).sum(1) + k for k in range(1, 11)]   # ten different kernels
+      sched = Tensor.schedule(*outs)
+      realize.run_schedule(sched)
+      for k, o in enumerate(outs, start=1): np.testing.assert_allclose(o.numpy(), (np.arange(24).reshape(4, 6) * k).sum(1) + k)
+      if attempt == 0:
+        kernels = sum(1 for si in sched if si.ast.op is Ops.SINK)
+        assert kernels >= cpu.UNIT_MIN_KERNELS and len(builds) <= (os.cpu_count() or 1) and sum(builds) >= kernels, builds
+        first = len(builds)
+  finally: Device.DEFAULT = old
+  assert len(builds) == first   # the second time, nothing was compiled
+
+
+@needs_cc
 def test_compile_progress_is_reported_when_asked(tmp_path):
   import subprocess, sys
   from tests.conftest import REPO
