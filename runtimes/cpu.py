@@ -4,10 +4,10 @@
 Rendering is capture point **kernel**: (AST, device, options) in, (source, kernel name) out.
 """
 from __future__ import annotations
-import ctypes, functools, math, os, re, shutil, subprocess
+import ctypes, functools, math, os, pathlib, re, shutil, subprocess
 from typing import Callable, Optional
 from scheduler.dtype import DType, dtypes
-from scheduler.device import HostDevice, Buffer, build_all, cache_path, find_c_compiler, DeviceError
+from scheduler.device import BUILDS, HostDevice, Buffer, build_all, cache_dir, cache_path, find_c_compiler, DeviceError
 from scheduler.ops import UOp, Ops
 from scheduler.codegen.lowerer import lower, Program
 from scheduler import hooks
@@ -74,8 +74,12 @@ class CPUDevice(HostDevice):
     # the cache key holds the flags and the compiler, so a kernel built by another compiler or flags is not reused
     keys = [None if isinstance(r, Exception) else r[0] + "\n// " + " ".join(CFLAGS + LIBS) + "\n// " + compiler_identity() for r in rendered]
     loaded: dict[int, Callable] = {}
-    missing = [i for i, key in enumerate(keys) if key is not None and not cache_path("cpu", key).exists()]
-    if len(missing) >= UNIT_MIN_KERNELS: loaded = self._build_units([(i, rendered[i]) for i in missing])   # type: ignore[misc]
+    for i, key in enumerate(keys):   # kernels built earlier inside a translation unit of another schedule
+      if key is not None and not cache_path("cpu", key).exists() and (found := _unit_of(key)) is not None:
+        loaded[i] = self._load(found[0], rendered[i][1], found[1])   # type: ignore[index]
+        BUILDS.record(built=False)
+    missing = [i for i, key in enumerate(keys) if key is not None and i not in loaded and not cache_path("cpu", key).exists()]
+    if len(missing) >= UNIT_MIN_KERNELS: loaded.update(self._build_units([(i, rendered[i], keys[i]) for i in missing]))   # type: ignore[misc]
     paths = build_all("cpu", [None if i in loaded else key for i, key in enumerate(keys)], _compile_c)
     out: list[Callable | Exception] = []
     for i, (r, path) in enumerate(zip(rendered, paths)):
@@ -85,27 +89,29 @@ class CPUDevice(HostDevice):
       else: out.append(self._load(path, r[1]))
     return out
 
-  def _build_units(self, kernels: list[tuple[int, tuple[str, Program]]]) -> dict[int, Callable]:
+  def _build_units(self, kernels: list[tuple[int, tuple[str, Program], str]]) -> dict[int, Callable]:
     """Many new kernels at once (a training step's schedule) build as a few translation units, one per core, instead
     of one compiler process each: the per-process cost (start, link) is most of a small kernel's build. Each
     function gets a unique name in its unit; a unit is cached by its whole source, so the same schedule built again
     (another run, a replay) finds it. Kernels whose source does not have the usual shape build alone."""
-    fits = [(i, src, prg) for i, (src, prg) in kernels if src.startswith(_PRELUDE) and src.count(f"void {prg.name}(") == 1]
+    fits = [(i, src, prg, key) for i, (src, prg), key in kernels if src.startswith(_PRELUDE) and src.count(f"void {prg.name}(") == 1]
     per_unit = -(-len(fits) // (os.cpu_count() or 1))
     units = [fits[k:k + per_unit] for k in range(0, len(fits), per_unit)] if fits else []
     sources, symbols = [], []
     for unit in units:
       parts, names = [_PRELUDE], []
-      for i, src, prg in unit:
+      for i, src, prg, key in unit:
         symbol = f"{prg.name}__k{i}"   # kernel names never hold "__": no clash with another kernel's name
         parts.append(src[len(_PRELUDE):].replace(f"void {prg.name}(", f"void {symbol}(", 1))
-        names.append((i, prg, symbol))
+        names.append((i, prg, symbol, key))
       sources.append("\n".join(parts) + "\n// " + " ".join(CFLAGS + LIBS) + "\n// " + compiler_identity())
       symbols.append(names)
     loaded: dict[int, Callable] = {}
     for path, names in zip(build_all("cpu-units", sources, _compile_c, kernels=[len(u) for u in units]), symbols):
       if isinstance(path, Exception) or path is None: continue   # those kernels build alone next, and fail alone if they must
-      for i, prg, symbol in names: loaded[i] = self._load(path, prg, symbol)
+      for i, prg, symbol, key in names:
+        loaded[i] = self._load(path, prg, symbol)
+        _remember_unit(key, path, symbol)
     return loaded
 
   def _load(self, lib_path, prg: Program, symbol: Optional[str] = None) -> Callable:
@@ -123,6 +129,27 @@ class CPUDevice(HostDevice):
       args = [ctypes.c_void_p(b.mem.ctypes.data) for b in bufs] + [ctypes.c_int(by_name[n]) for n in var_names]
       fxn(*args)
     return run
+
+
+def _unit_index(key: str) -> pathlib.Path: return cache_path("cpu-index", key).with_suffix(".txt")
+
+
+def _remember_unit(key: str, unit: pathlib.Path, symbol: str) -> None:
+  """Note that the kernel of `key` is `symbol` in the translation unit `unit`, for processes that need it alone (a
+  replay worker runs one capture's schedule at a time)."""
+  index = _unit_index(key)
+  index.parent.mkdir(parents=True, exist_ok=True)
+  tmp = index.with_suffix(f".{os.getpid()}.tmp")
+  tmp.write_text(f"{unit}\n{symbol}\n")
+  os.replace(tmp, index)
+
+
+def _unit_of(key: str) -> Optional[tuple[pathlib.Path, str]]:
+  """(unit, symbol) of a kernel built inside a translation unit, if its unit is still in the cache."""
+  try: unit, symbol = _unit_index(key).read_text().split("\n")[:2]
+  except (OSError, ValueError): return None
+  path = pathlib.Path(unit)
+  return (path, symbol) if path.exists() and path.parent.parent == cache_dir() and symbol.isidentifier() else None
 
 
 def _compile_c(src: str, out_path: str) -> None:
