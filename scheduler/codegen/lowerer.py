@@ -166,9 +166,8 @@ class _Lowerer:
     red_op, axes = u.arg
     in_shape = u.src[0].shape
     loop_axes = [a for a in axes if not _is_one(in_shape[a])]
-    if red_op is Ops.ADD and len(loop_axes) == 1:
-      first = self.in_lane(lanes[0], lambda: self.counted_sum(u, loop_axes[0], in_shape))
-      if first is not None: return [first] + [self.in_lane(lane, lambda: self.counted_sum(u, loop_axes[0], in_shape)) for lane in lanes[1:]]
+    if red_op is Ops.ADD and len(loop_axes) == 1 and (counted := valid_count(u, loop_axes[0], in_shape)) is not None:
+      return [self.in_lane(lane, lambda: self.counted(u.dtype, *counted)) for lane in lanes]
     identity = self.const(identity_element(red_op, u.dtype), u.dtype)
     inner = in_shape[loop_axes[-1]] if loop_axes else None
     unroll = REDUCE_UNROLL if isinstance(inner, int) and inner % REDUCE_UNROLL == 0 and inner >= 2 * REDUCE_UNROLL else 1
@@ -193,33 +192,14 @@ class _Lowerer:
       out.append(mine[0])
     return out
 
-  def counted_sum(self, u: UOp, axis: int, shape: tuple) -> Optional[int]:
-    """A sum over one axis of a constant where a view is valid (arange, cumsum and tril masks are such sums) is the
-    constant times the number of valid positions: count them in closed form instead of looping (linear, not
-    quadratic, work). Only where that is exact: integer and bool constants, and float constants that are powers of
-    two (or zero) over fewer than 2**24 positions; the valid range must be an interval of the reduce index."""
-    src = u.src[0]
-    if src.op is not Ops.WHERE or src.dtype != u.dtype: return None
-    cond, value, zero = src.src
-    if cond.op is not Ops.VALID or value.op is not Ops.CONST or zero.op is not Ops.CONST or zero.arg != 0: return None
-    extent = shape[axis]
-    if dtypes.is_float(u.dtype) and not (_exact_multiplier(value.arg) and isinstance(extent, int) and extent < 2 ** 24): return None
-    if not (dtypes.is_int(u.dtype) or dtypes.is_float(u.dtype)): return None
-    st: ShapeTracker = cond.src[0].arg
-    ranges = _ranges(st.shape)
-    if not isinstance(ranges[axis], UOp) or ranges[axis].op is not Ops.RANGE: return None
-    _, valid = st.to_indexed_uops(ranges)
-    interval = _interval_of(valid.simplify(), ranges[axis], sint_to_uop(extent))
-    if interval is None: return None
-    low, high, elsewhere = interval
-    count = (high.minimum(sint_to_uop(extent)) - low.maximum(0)).maximum(0)
-    if elsewhere is not None: count = elsewhere.where(count, 0)
-    n = self.index_expr(count.simplify())
-    if dtypes.is_int(u.dtype):
-      n = self.emit(Ops.CAST, u.dtype, (n,)) if u.dtype != dtypes.int32 else n
-      return n if value.arg == 1 else self.emit(Ops.MUL, u.dtype, (n, self.const(value.arg, u.dtype)))
-    n = self.emit(Ops.CAST, u.dtype, (n,))
-    return n if value.arg == 1.0 else self.emit(Ops.MUL, u.dtype, (n, self.const(value.arg, u.dtype)))
+  def counted(self, dtype: DType, count: UOp, value) -> int:
+    """The closed form of a sum of `value` over `count` valid positions (see `valid_count`), in this lane's scope."""
+    n = self.index_expr(count)
+    if dtypes.is_int(dtype):
+      n = self.emit(Ops.CAST, dtype, (n,)) if dtype != dtypes.int32 else n
+      return n if value == 1 else self.emit(Ops.MUL, dtype, (n, self.const(value, dtype)))
+    n = self.emit(Ops.CAST, dtype, (n,))
+    return n if value == 1.0 else self.emit(Ops.MUL, dtype, (n, self.const(value, dtype)))
 
   def accumulate(self, u: UOp, red_op: Ops, acc: int) -> None:
     self.emit(Ops.ASSIGN, u.dtype, (acc, self.emit(red_op, u.dtype, (acc, self.value(u.src[0])))))
@@ -299,6 +279,31 @@ def _ranges(shape: tuple) -> list[UOp]:
   """The index of each axis of a view: the loop over it (RANGE with the axis as arg), or 0 for an axis of size 1."""
   return [UOp.const(dtypes.int32, 0) if _is_one(s) else UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), sint_to_uop(s)), i)
           for i, s in enumerate(shape)]
+
+
+def valid_count(u: UOp, axis: int, shape: tuple) -> Optional[tuple[UOp, Any]]:
+  """A sum over one axis of a constant where a view is valid (arange, cumsum and tril masks are such sums) is the
+  constant times the number of valid positions: (that count as an index expression, the constant), to emit in
+  closed form instead of a loop (linear, not quadratic, work). Only where that is exact: integer and bool constants,
+  and float constants that are powers of two (or zero) over fewer than 2**24 positions; the valid range must be an
+  interval of the reduce index. None for any other reduce."""
+  src = u.src[0]
+  if src.op is not Ops.WHERE or src.dtype != u.dtype: return None
+  cond, value, zero = src.src
+  if cond.op is not Ops.VALID or value.op is not Ops.CONST or zero.op is not Ops.CONST or zero.arg != 0: return None
+  extent = shape[axis]
+  if dtypes.is_float(u.dtype) and not (_exact_multiplier(value.arg) and isinstance(extent, int) and extent < 2 ** 24): return None
+  if not (dtypes.is_int(u.dtype) or dtypes.is_float(u.dtype)): return None
+  st: ShapeTracker = cond.src[0].arg
+  ranges = _ranges(st.shape)
+  if ranges[axis].op is not Ops.RANGE: return None
+  _, valid = st.to_indexed_uops(ranges)
+  interval = _interval_of(valid.simplify(), ranges[axis], sint_to_uop(extent))
+  if interval is None: return None
+  low, high, elsewhere = interval
+  count = (high.minimum(sint_to_uop(extent)) - low.maximum(0)).maximum(0)
+  if elsewhere is not None: count = elsewhere.where(count, 0)
+  return count.simplify(), value.arg
 
 
 def _exact_multiplier(value) -> bool:
