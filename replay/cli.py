@@ -110,12 +110,13 @@ def shard_option(f):
                       help="Replay only shard I of N of the selection (deterministic, disjoint); join the shards with `replay merge`.")(f)
 
 
-def take_shard(captures: list[dict], shard: Optional[str]) -> list[dict]:
-  if shard is None: return captures
+def take_shard(captures: list[dict], shard: Optional[str]) -> tuple[list[dict], Optional[str]]:
+  """The shard's part of the selection and the shard as stored with the replay ("I/N"); all of it without --shard."""
+  if shard is None: return captures, None
   from replay import shards
   try: index, count = shards.parse(shard)
   except shards.ShardError as e: raise click.UsageError(str(e)) from None
-  return shards.select(captures, index, count)
+  return shards.select(captures, index, count), f"{index}/{count}"
 
 
 def _tolerances(rtol, atol) -> Optional[dict]:
@@ -132,7 +133,7 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   from replay import revisions
   from replay.capture import git_state
   if not captures: raise UsageMistake("the selection matched no captures")
-  captures = take_shard(captures, shard)
+  captures, shard = take_shard(captures, shard)
   if not captures: raise UsageMistake(f"shard {shard} of the selection is empty (fewer captures than shards)")
   head, _ = git_state()
   if base_ref is None:
@@ -147,7 +148,7 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   options = RunOptions(jobs=jobs or max(1, os.cpu_count() or 1), timeout=timeout, max_changed=max_changed, tolerances=_tolerances(rtol, atol),
                        memory_mb=worker_memory)
   # the policy is stored with the replay, so that `replay report` later gives the verdict this run gave
-  if shard is not None: fields["shard"] = "/".join(map(str, __import__("replay.shards").shards.parse(shard)))
+  if shard is not None: fields["shard"] = shard
   fields["policy"] = json.dumps({"expect_no_change": expect_no_change, "allow_incompatible": allow_incompatible, "max_changed": max_changed,
                                  "tolerances": options.tolerances, "fail_on_drift": fail_on_drift,
                                  "max_cost_increase": None if max_cost_increase is None else max_cost_increase / 100})

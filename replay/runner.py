@@ -176,7 +176,8 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
     while pending:
       cap = pending.pop()
       try:
-        w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), store.shared_blobs(cap["id"]), options.tolerances,
+        shared = store.shared_blobs(cap["id"]) if cap["kind"] == "exec" else {}   # only exec payloads refer to buffer blobs
+        w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), shared, options.tolerances,
                options.timeout, options.trace)
       except (BlobError, ValueError) as e:   # a bad blob or flags: an outcome of its own, the rest still replays
         record(cap, {"status": "error", "reason": f"{e}" if isinstance(e, BlobError) else f"capture {cap['id']} has unreadable flags: {e}"}, 0.0)

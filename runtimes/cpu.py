@@ -73,12 +73,13 @@ class CPUDevice(HostDevice):
       except Exception as e: rendered.append(e)
     # the cache key holds the flags and the compiler, so a kernel built by another compiler or flags is not reused
     keys = [None if isinstance(r, Exception) else r[0] + "\n// " + " ".join(CFLAGS + LIBS) + "\n// " + compiler_identity() for r in rendered]
+    unbuilt = [i for i, key in enumerate(keys) if key is not None and not cache_path("cpu", key).exists()]
     loaded: dict[int, Callable] = {}
-    for i, key in enumerate(keys):   # kernels built earlier inside a translation unit of another schedule
-      if key is not None and not cache_path("cpu", key).exists() and (found := _unit_of(key)) is not None:
+    for i in unbuilt:   # kernels built earlier inside a translation unit of another schedule
+      if (found := _unit_of(keys[i])) is not None:   # type: ignore[arg-type]
         loaded[i] = self._load(found[0], rendered[i][1], found[1])   # type: ignore[index]
         BUILDS.record(built=False)
-    missing = [i for i, key in enumerate(keys) if key is not None and i not in loaded and not cache_path("cpu", key).exists()]
+    missing = [i for i in unbuilt if i not in loaded]
     if len(missing) >= UNIT_MIN_KERNELS: loaded.update(self._build_units([(i, rendered[i], keys[i]) for i in missing]))   # type: ignore[misc]
     paths = build_all("cpu", [None if i in loaded else key for i, key in enumerate(keys)], _compile_c)
     out: list[Callable | Exception] = []

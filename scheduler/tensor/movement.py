@@ -129,6 +129,7 @@ class Movement:
     if plain and self.lazydata.is_realized and self.lazydata.base is self.lazydata:
       self[indices].assign(value.contiguous() if value.lazydata.base is self.lazydata.base else value).realize()
       return
+    was_realized = self.lazydata.is_realized
     size = prod(self.shape)
     positions = type(self).arange(size, device=self.device, requires_grad=False).reshape(self.shape)[indices].flatten()
     hits = positions.unsqueeze(-1)._one_hot_along_dim(size)                            # (selected, size)
@@ -136,7 +137,7 @@ class Movement:
     placed = hits.where(value.flatten().unsqueeze(-1), 0).sum(0, dtype=self.dtype)   # positions are distinct per axis
     updated = written.reshape(self.shape).where(placed.reshape(self.shape).cast(self.dtype), self)
     self.assign(updated.contiguous())
-    if self.lazydata.is_realized or updated.lazydata.is_realized: self.realize()
+    if was_realized: self.realize()
 
   def _normalize_indices(self, indices) -> list:
     """The index as a list with exactly one entry per axis (Ellipsis expanded), plus None entries."""

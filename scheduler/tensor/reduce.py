@@ -7,7 +7,7 @@ A mixin of `Tensor`. Every reduction goes through `_reduce` (one REDUCE_AXIS UOp
 from __future__ import annotations
 from typing import Optional, Sequence
 from scheduler.dtype import dtypes, least_upper_dtype, sum_acc_dtype, to_dtype
-from scheduler.helpers import ceildiv, make_tuple, prod
+from scheduler.helpers import argfix, ceildiv, make_tuple, prod
 from scheduler.ops import UOp, Ops, resolve, smax, identity_element
 
 CUMULATIVE_BLOCK = 256   # cumulative ops over longer axes work in blocks (two small reduces, not one quadratic one)
@@ -274,7 +274,6 @@ class Reduce:
   def einsum(formula: str, *operands, dtype=None):
     """Sums of products over named axes ("ij,jk->ik"); without "->" the output is the letters used once, in
     alphabetical order. A letter repeated in one operand takes its diagonal. Ellipses are not supported."""
-    from scheduler.helpers import argfix
     operands = argfix(*operands)
     spec = formula.replace(" ", "")
     if "." in spec: raise NotImplementedError(f"einsum with an ellipsis is not supported: {formula!r}")

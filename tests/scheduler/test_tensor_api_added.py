@@ -256,6 +256,7 @@ def test_setitem_writes_where_the_index_selects(index, value, realized):
   t = Tensor(base.copy()).realize() if realized else Tensor.arange(20).float().reshape(4, 5)
   as_tensor = tuple(Tensor(i.astype(np.int32)) if isinstance(i, np.ndarray) else i for i in index)
   t[as_tensor] = Tensor(value) if isinstance(value, np.ndarray) else value
+  assert t.lazydata.is_realized == realized   # a realized tensor is written at once, whatever the index
   expect = base.copy()
   expect[index] = value
   np.testing.assert_array_equal(t.numpy(), expect)
