@@ -10,6 +10,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_c_compiler() is None, re
 WORKLOADS = ["ref_expand_of_expr", "ref_add_const", "ref_matmul_bias_relu"]
 
 
+CRASH, SPIN = "*(volatile int*)0 = 1;", "for (volatile int spin = 1; spin; ) {}"
+
+
+def plant_at_constants(root, plants: dict) -> None:
+  """A C renderer that emits the given statement into every kernel using the given constant (a crash, a hang)."""
+  planted = "".join(f"      if x.arg == {value!r}: line({statement!r})\n" for value, statement in plants.items())
+  edit(root, "runtimes/cpu.py", "    if op is Ops.CONST: names[i] = render_const(x.arg, x.dtype)\n",
+       "    if op is Ops.CONST:\n      names[i] = render_const(x.arg, x.dtype)\n" + planted)
+
+
 def statuses(stdout: str) -> dict:
   rows = {}
   for line in stdout.splitlines():
@@ -73,12 +83,7 @@ def test_renamed_module_is_incompatible(repo, tmp_path):
 
 
 def test_crashing_and_hanging_kernels_are_errors_and_the_run_completes(repo, tmp_path):
-  def sabotage(r):
-    edit(r, "runtimes/cpu.py", "    if op is Ops.CONST: names[i] = render_const(x.arg, x.dtype)\n",
-         "    if op is Ops.CONST:\n      names[i] = render_const(x.arg, x.dtype)\n"
-         "      if x.arg == 1234.5: line('*(volatile int*)0 = 1;')\n"
-         "      if x.arg == 4321.5: line('for (volatile int spin = 1; spin; ) {}')\n")
-  crashy = commit_on_a(repo, "crashy", sabotage)
+  crashy = commit_on_a(repo, "crashy", lambda r: plant_at_constants(r, {1234.5: CRASH, 4321.5: SPIN}))
   git(repo, "checkout", "-q", "main")
   script = tmp_path / "w.py"
   script.write_text("import numpy as np\nfrom scheduler import Tensor\nx = Tensor(np.arange(8, dtype=np.float32)).realize()\n"
@@ -187,11 +192,7 @@ def test_kernels_that_keep_values_but_cost_more_are_flagged_slower(repo, tmp_pat
 def test_sigterm_ends_the_replay_with_143_and_kills_a_worker_stuck_in_a_kernel(repo, tmp_path):
   import os, signal, subprocess, time
   from tests.conftest import REPO
-  def hang(r):
-    edit(r, "runtimes/cpu.py", "    if op is Ops.CONST: names[i] = render_const(x.arg, x.dtype)\n",
-         "    if op is Ops.CONST:\n      names[i] = render_const(x.arg, x.dtype)\n"
-         "      if x.arg == 4321.5: line('for (volatile int spin = 1; spin; ) {}')\n")
-  stuck = commit_on_a(repo, "stuck", hang)
+  stuck = commit_on_a(repo, "stuck", lambda r: plant_at_constants(r, {4321.5: SPIN}))
   git(repo, "checkout", "-q", "main")
   script = tmp_path / "w.py"
   script.write_text("import numpy as np\nfrom scheduler import Tensor\nx = Tensor(np.arange(8, dtype=np.float32)).realize()\n"

@@ -4,22 +4,16 @@ over an axis of size zero, empty tensors, and triangular masks that cost no kern
 import math
 import numpy as np
 import pytest
-from scheduler import Tensor, dtypes, Device
-from scheduler.device import find_c_compiler
+from scheduler import Tensor, dtypes
+from tests.scheduler.conftest import DEVICES
 
-DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() else [])
 rng = np.random.default_rng(7)
 A = rng.standard_normal((4, 5)).astype(np.float32)
 I = rng.integers(-9, 9, (4, 5)).astype(np.int32)
 U = rng.integers(0, 200, (4, 5)).astype(np.uint32)
 
 
-@pytest.fixture(params=DEVICES, autouse=True)
-def device(request):
-  old = Device.DEFAULT
-  Device.DEFAULT = request.param
-  yield request.param
-  Device.DEFAULT = old
+pytestmark = pytest.mark.usefixtures("each_device")
 
 
 def close(t: Tensor, ref, rtol=1e-5, atol=1e-6):

@@ -3,19 +3,12 @@ family, nll_loss and cross_entropy options, einsum, interpolate, conv_transpose2
 differences live in test_gradient.py."""
 import numpy as np
 import pytest
-from scheduler import Tensor, Device, dtypes
-from scheduler.device import find_c_compiler
+from scheduler import Tensor, dtypes
 
-DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() else [])
 rng = np.random.default_rng(17)
 
 
-@pytest.fixture(params=DEVICES, autouse=True)
-def device(request):
-  old = Device.DEFAULT
-  Device.DEFAULT = request.param
-  yield request.param
-  Device.DEFAULT = old
+pytestmark = pytest.mark.usefixtures("each_device")
 
 
 UNIT = np.concatenate([np.linspace(-0.999, 0.999, 41), [-1.0, 1.0, 0.0]]).astype(np.float32)

@@ -1,18 +1,11 @@
 """Every Tensor op against numpy, on each device, over dtypes, broadcasting and edge shapes."""
 import numpy as np
 import pytest
-from scheduler import Tensor, dtypes, Device
-from scheduler.device import find_c_compiler
-
-DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() else [])
+from scheduler import Tensor, dtypes
 
 
-@pytest.fixture(params=DEVICES, autouse=True)
-def device(request):
-  old = Device.DEFAULT
-  Device.DEFAULT = request.param
-  yield request.param
-  Device.DEFAULT = old
+
+pytestmark = pytest.mark.usefixtures("each_device")
 
 
 rng = np.random.default_rng(0)

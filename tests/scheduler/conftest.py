@@ -1,0 +1,15 @@
+"""Fixtures of the compiler's tests: running a module's tests once per device."""
+import pytest
+from scheduler import Device
+from scheduler.device import find_c_compiler
+
+DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def each_device(request):
+  """The test runs once on each device (PYTHON, and CPU where a C compiler exists) as the default device."""
+  old = Device.DEFAULT
+  Device.DEFAULT = request.param
+  yield request.param
+  Device.DEFAULT = old
