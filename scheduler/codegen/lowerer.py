@@ -244,17 +244,25 @@ class _Lane:
 UPCAST_LANES = (8, 4)        # outputs per iteration along the first upcast axis: the first that divides its extent
 SECOND_UPCAST_LANES = (4, 2)  # along a second output axis (a tile of up to 32 outputs)
 MAX_UNROLLED_LANES = 8        # with more lanes than this, reduces keep one accumulator per lane (registers run out)
+# Upcasting multiplies a kernel's C source (and the compiler's time on it) by its lanes, and pays back only in run time:
+# a kernel doing less work than this per run (output elements times reduce extent) is not upcast, as its loop runs in
+# well under a millisecond either way while its build grows by 0.1-0.7 s. Nor is a kernel that draws random numbers:
+# each lane would inline its own hash rounds, which no vectorizer packs.
+UPCAST_MIN_WORK = 1 << 20
 
 
 def upcast_choice(s: UOp, axes: list[int]) -> list[tuple[int, int]]:
   """[(axis, lanes)] to upcast for a store, at most two axes, or []: only stores that reduce, and only when every
   reduce's result varies along output axes alone (a reduce nested in another's loop is lowered where it is used).
   The first axis is the output's unit-stride axis when its extent allows, else the innermost axis that does; the
-  second is the innermost other axis whose extent allows it."""
+  second is the innermost other axis whose extent allows it. Not for small or random-drawing kernels (see
+  UPCAST_MIN_WORK)."""
   shape = s.src[1].arg.shape
-  reduces = [u for u in s.src[2].toposort if u.op is Ops.REDUCE_AXIS]
+  value = s.src[2].toposort
+  reduces = [u for u in value if u.op is Ops.REDUCE_AXIS]
   if not reduces or any(len(r.shape) != len(shape) or any(not _is_one(d) and d != shape[a] for a, d in enumerate(r.shape)) for r in reduces):
     return []
+  if any(u.op is Ops.THREEFRY for u in value) or max(_work(r.src[0].shape) for r in reduces) < UPCAST_MIN_WORK: return []
   def lanes_for(axis: int, choices: tuple) -> int:
     extent = shape[axis]
     return next((n for n in choices if isinstance(extent, int) and extent % n == 0 and extent >= n), 1)
@@ -273,6 +281,11 @@ def upcast_choice(s: UOp, axes: list[int]) -> list[tuple[int, int]]:
 
 
 def _is_one(s) -> bool: return isinstance(s, int) and s == 1
+
+
+def _work(shape: tuple) -> float:
+  """Iterations of a loop nest over `shape`; unbounded when an extent is symbolic (its value is known only at run)."""
+  return math.prod(d if isinstance(d, int) else math.inf for d in shape)
 
 
 def _ranges(shape: tuple) -> list[UOp]:

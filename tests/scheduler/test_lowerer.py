@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 from scheduler import Tensor, Device, dtypes
 from scheduler.ops import Ops
+from scheduler.codegen import lowerer
 from scheduler.codegen.lowerer import lower
 from scheduler.symbolic import Variable
+from scheduler.helpers import Context
 from scheduler.device import find_c_compiler
 
 DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() is not None else [])
@@ -63,10 +65,26 @@ def accumulators(t: Tensor) -> int:
   return max(sum(1 for i in lower(si.ast).instrs if i.op is Ops.DEFINE_ACC) for si in t.schedule() if si.ast.op is Ops.SINK)
 
 
+@pytest.fixture
+def upcast_any_size(monkeypatch):
+  """Upcast kernels of any size, so that small test shapes exercise the tiles."""
+  monkeypatch.setattr(lowerer, "UPCAST_MIN_WORK", 0)
+
+
 def test_a_matmul_computes_a_tile_of_outputs_per_iteration():
-  assert accumulators(Tensor.empty(64, 64) @ Tensor.empty(64, 64)) == 32    # 4 rows x 8 columns
+  assert accumulators(Tensor.empty(128, 128) @ Tensor.empty(128, 128)) == 32  # 4 rows x 8 columns
   assert accumulators(Tensor.empty(3, 5) @ Tensor.empty(5, 7)) == 1         # no extent divides: one output at a time
   assert accumulators(Tensor.empty(64) + 1) == 0                            # nothing reduces: nothing to upcast
+
+
+def test_small_and_random_kernels_are_not_upcast():
+  """Their C would grow by the lanes for no measurable run time (see UPCAST_MIN_WORK)."""
+  assert accumulators(Tensor.empty(64, 64) @ Tensor.empty(64, 64)) == 4      # 2**18 multiply-adds: the reduce unrolled
+  assert accumulators(Tensor.empty(128, 128) @ Tensor.empty(128, 64)) == 32  # 2**20: a tile of outputs
+  with Context(FUSE_ARANGE=1):   # the counter's reduce (2**21 steps) fuses into the kernel that hashes it
+    kernels = [si.ast for si in Tensor.rand(64, 32).schedule() if si.ast.op is Ops.SINK]
+  drawing = [ast for ast in kernels if any(u.op is Ops.THREEFRY for u in ast.toposort) and any(u.op is Ops.REDUCE_AXIS for u in ast.toposort)]
+  assert drawing and all(sum(1 for i in lower(ast).instrs if i.op is Ops.DEFINE_ACC) <= 4 for ast in drawing)
 
 
 rng = np.random.default_rng(5)
@@ -90,7 +108,7 @@ CASES = {**{name: (lambda a=a, b=b: Tensor(a) @ Tensor(b), a @ b) for name, (a, 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(CASES))
-def test_upcast_kernels_match_numpy_and_the_other_device(device, name):
+def test_upcast_kernels_match_numpy_and_the_other_device(device, name, upcast_any_size):
   """Tiles of 8, 4x8, 8x2 outputs, and extents no lane count divides, against numpy and the other runtime."""
   make, expect = CASES[name]
   got = on(device, lambda: make().contiguous())
