@@ -253,9 +253,19 @@ class TensorBase:
 
   def numpy(self) -> np.ndarray:
     if 0 in self.shape: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
+    if (whole := self._whole_realized_buffer()) is not None: return whole.numpy().reshape(self.shape)
     readable = self if self.device in ("CPU", "PYTHON", "NPY") else self.to(Device.DEFAULT)
     done = readable.cast(self.dtype.base).contiguous().realize()
     return done.lazydata.base.buffer.numpy().reshape(self.shape)
+
+  def _whole_realized_buffer(self):
+    """The Buffer this tensor already is, all of it in order on a host device, or None. Reading it needs no
+    schedule (an empty one would still run the scheduler, and be captured, for every value read back)."""
+    u = self.lazydata
+    base = u.base
+    if self.device not in ("CPU", "PYTHON", "NPY") or base.op is not Ops.BUFFER or base.realized is None or u.dtype != base.dtype: return None
+    if u is not base and not (u.st.contiguous and u.size == base.size): return None   # a chain of views or movements of it
+    return base.realized
 
   def tolist(self): return self.numpy().tolist()
   def data(self): return memoryview(self.numpy().tobytes())
