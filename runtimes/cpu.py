@@ -18,7 +18,8 @@ from scheduler import hooks
 # libgcc for the helpers. That takes about a tenth off every build.
 CFLAGS = ("-O2", "-shared", "-fPIC", "-fwrapv", "-std=c11", "-ffp-contract=off", "-nostdlib")
 LIBS = ("-lm", "-lgcc")
-UNIT_MIN_KERNELS = 8   # this many new kernels of one schedule build as shared translation units
+UNIT_MIN_KERNELS = 2       # this many new kernels of one schedule build as shared translation units...
+KERNELS_PER_UNIT = 8       # ...of at least this many kernels each (one unit per core at most)
 
 
 @functools.cache
@@ -96,7 +97,10 @@ class CPUDevice(HostDevice):
     function gets a unique name in its unit; a unit is cached by its whole source, so the same schedule built again
     (another run, a replay) finds it. Kernels whose source does not have the usual shape build alone."""
     fits = [(i, src, prg, key) for i, (src, prg), key in kernels if src.startswith(_PRELUDE) and src.count(f"void {prg.name}(") == 1]
-    per_unit = -(-len(fits) // (os.cpu_count() or 1))
+    # the compiler's start and the link cost ~35 ms a process, a small kernel's own code ~5 ms: a few kernels build as
+    # one unit (less machine time, and a capture often builds on every core at once), many as one unit per core
+    count = max(1, min(os.cpu_count() or 1, len(fits) // KERNELS_PER_UNIT))
+    per_unit = -(-len(fits) // count)
     units = [fits[k:k + per_unit] for k in range(0, len(fits), per_unit)] if fits else []
     sources, symbols = [], []
     for unit in units:

@@ -8,8 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
-"$VENV/bin/python" -m pip install -q -e .
 PY="$VENV/bin/python"
+# pip takes ~3.5 s even when nothing changed: install only when pyproject.toml differs from the last install here
+STAMP="$VENV/.process-replay-installed"
+WANT="$(pwd) $(cksum < pyproject.toml)"
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || ! "$PY" -c "import replay, scheduler, sqlite_utils, numpy, tabulate" 2>/dev/null; then
+  "$PY" -m pip install -q -e .
+  echo "$WANT" > "$STAMP"
+fi
 CACHE="${COMPILE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/process-replay}"
 BUILT=$( (find "$CACHE/cpu" -name '*.so' 2>/dev/null || true) | wc -l | tr -d ' ')   # no cache folder yet: 0
 if [ "$BUILT" -lt 100 ]; then
