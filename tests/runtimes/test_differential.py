@@ -167,6 +167,6 @@ def test_second_run_in_a_new_process_compiles_nothing(tmp_path):
   """)
   first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
   compiles = log.read_text().count("x")
-  assert compiles >= 2
+  assert compiles >= 1
   second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
   assert log.read_text().count("x") == compiles and first.stdout == second.stdout

@@ -59,11 +59,13 @@ def test_compile_cache_builds_a_kernel_once(tmp_path, monkeypatch):
 
 @needs_cc
 def test_the_kernels_of_a_schedule_build_together_before_the_first_runs(tmp_path, monkeypatch):
-  """Issue 16.3: all new kernels of a schedule are built at once (in parallel threads), each exactly once."""
+  """Issue 16.3: all new kernels of a schedule are built at once (in parallel threads when not as one unit), each
+  exactly once."""
   import threading
   import runtimes.cpu as cpu
   from scheduler import realize
   monkeypatch.setenv("COMPILE_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(cpu, "UNIT_MIN_KERNELS", 1000)   # one compiler process per kernel
   builders, real = [], cpu._compile_c
   monkeypatch.setattr(cpu, "_compile_c", lambda src, out: (builders.append(threading.get_ident()), real(src, out)))
   monkeypatch.setattr(realize, "_program_cache", {})
@@ -81,6 +83,24 @@ def test_the_kernels_of_a_schedule_build_together_before_the_first_runs(tmp_path
   kernels = sum(1 for si in sched if si.ast.op is Ops.SINK)
   assert len(builders) == kernels >= 4 and ran[0] == kernels   # everything built before the first kernel ran
   np.testing.assert_allclose(outs[0].numpy(), (np.arange(24).reshape(4, 6) * 1.5).sum(1))
+
+
+@needs_cc
+def test_a_few_new_kernels_build_as_one_unit(tmp_path, monkeypatch):
+  """Fewer than KERNELS_PER_UNIT new kernels of a schedule cost one compiler process, not one each."""
+  import runtimes.cpu as cpu
+  from scheduler import realize
+  monkeypatch.setenv("COMPILE_CACHE_DIR", str(tmp_path))
+  builds, real = [], cpu._compile_c
+  monkeypatch.setattr(cpu, "_compile_c", lambda src, out: (builds.append(src.count("void ")), real(src, out)))
+  monkeypatch.setattr(realize, "_program_cache", {})
+  x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6), device="CPU").realize()
+  outs = [(x * 3).sum(1), (x + 5).max(0), x.T.contiguous() * 7]
+  sched = Tensor.schedule(*outs)
+  realize.run_schedule(sched)
+  kernels = sum(1 for si in sched if si.ast.op is Ops.SINK)
+  assert 2 <= kernels < cpu.KERNELS_PER_UNIT and builds == [kernels]
+  np.testing.assert_allclose(outs[1].numpy(), (np.arange(24).reshape(4, 6) + 5).max(0))
 
 
 @needs_cc
