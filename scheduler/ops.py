@@ -293,7 +293,8 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     return out
 
   def substitute(self, dvars: dict[UOp, UOp]) -> UOp:
-    return graph_rewrite(self, _substitute, dvars, bottom_up=True)
+    """Each node that is a key of `dvars` replaced by its value, whose own sources are substituted the same way."""
+    return _Rewriter(None, step=dvars.get).node_first(self)
 
   def sink(self, *srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs)
 
@@ -710,9 +711,10 @@ def track_rewrites(name_fxn: Optional[Callable] = None):
 # ***** graph rewrite (iterative: no recursion, whatever the depth of the graph) *****
 
 class _Rewriter:
-  """Applies a PatternMatcher to a graph to a fixed point; `done` remembers what every node became."""
-  def __init__(self, pm: PatternMatcher, ctx=None):
-    self.pm, self.ctx = pm, ctx
+  """Applies a PatternMatcher (or any function of a node: its replacement or None) to a graph to a fixed point;
+  `done` remembers what every node became."""
+  def __init__(self, pm: PatternMatcher | None, ctx=None, step: Optional[Callable[[UOp], Optional[UOp]]] = None):
+    self.step = step if step is not None else (lambda u: pm.rewrite(u, ctx))   # type: ignore[union-attr]
     self.done: dict[UOp, UOp] = {}
 
   def _rebuilt(self, u: UOp) -> UOp:
@@ -731,7 +733,7 @@ class _Rewriter:
         stack.extend((s, 0, None) for s in reversed(u.src) if s not in self.done)
       elif stage == 1:
         rebuilt = self._rebuilt(u)
-        result = self.pm.rewrite(u, self.ctx) if rebuilt is u else rebuilt
+        result = self.step(u) if rebuilt is u else rebuilt
         if result is None: self.done[u] = u
         elif result in self.done: self.done[u] = self.done[result]
         else: stack.extend(((u, 2, result), (result, 0, None)))
@@ -747,7 +749,7 @@ class _Rewriter:
       if u in self.done: continue
       if settled is None:
         settled, step = u, u
-        while (step := self.pm.rewrite(settled, self.ctx)) is not None: settled = step
+        while (step := self.step(settled)) is not None: settled = step
       if not sources_done:
         stack.append((u, settled, True))
         stack.extend((s, None, False) for s in reversed(settled.src) if s not in self.done)
@@ -773,7 +775,3 @@ def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx=None, bottom_up: bool =
   return {u: rewriter.node_first(u) for u in reversed(list(sink.toposort))}
 
 
-def _substitute_rule(ctx: dict, x: UOp) -> Optional[UOp]: return ctx.get(x)
-
-
-_substitute = PatternMatcher([(UPat(tuple(Ops), name="x"), _substitute_rule)])
