@@ -5,7 +5,7 @@ Sits between the command line and the workers (`replay/worker.py`); talks to the
 through `db/`.
 """
 from __future__ import annotations
-import json, os, selectors, signal, struct, subprocess, sys, time
+import collections, json, os, selectors, signal, struct, subprocess, sys, time
 from dataclasses import dataclass
 from typing import Optional
 from db import Store, BlobError
@@ -41,8 +41,28 @@ class ReplayResult:
     return out
 
 
+class _Runs:
+  """The captures to replay as one contiguous run per worker slot, in id order: consecutive captures (one workload's
+  schedules, kernels and realizes) go to the same process, whose caches (lowered kernels, loaded programs) they
+  share. A slot whose run is done takes the back half of the longest run left."""
+  def __init__(self, captures: list[dict], slots: int):
+    size = -(-len(captures) // max(1, slots))
+    self.runs = [collections.deque(captures[k:k + size]) for k in range(0, len(captures), size)] if captures else []
+    self.runs += [collections.deque() for _ in range(max(1, slots) - len(self.runs))]
+
+  def __bool__(self) -> bool: return any(self.runs)
+
+  def pop(self, slot: int) -> dict:
+    run = self.runs[slot]
+    if not run:
+      longest = max(self.runs, key=len)
+      for _ in range(-(-len(longest) // 2)): run.appendleft(longest.pop())
+    return run.popleft()
+
+
 class _Worker:
-  def __init__(self, python_path: list[str], env_extra: dict[str, str]):
+  def __init__(self, python_path: list[str], env_extra: dict[str, str], slot: int = 0):
+    self.slot = slot
     from replay import isolation, revisions
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "CAPTURE_PROCESS_REPLAY": "0",
            isolation.ROOT_ENV: python_path[0], isolation.PACKAGES_ENV: ",".join(revisions.sut_packages()), **env_extra}
@@ -127,7 +147,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
   replay_id = store.add_replay(jobs=options.jobs, selected=len(captures), **replay_fields) if keep else 0
   flag_defaults: Optional[dict] = None
   limit = _limit(options.max_changed, len(captures))
-  pending = list(reversed(captures))
+  pending = _Runs(captures, min(options.jobs, len(captures)))
   outcomes: list[dict] = []
   counts = {s: 0 for s in STATUSES}
   progress = _Progress(len(captures), options.progress)
@@ -155,8 +175,8 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
     if pending_rows and keep: store.add_outcomes(list(pending_rows))
     pending_rows.clear()
 
-  def start_worker() -> _Worker:
-    w = _Worker(python_path, env_extra or {})
+  def start_worker(slot: int) -> _Worker:
+    w = _Worker(python_path, env_extra or {}, slot)
     assert w.proc.stdout is not None
     sel.register(w.proc.stdout, selectors.EVENT_READ, w)
     workers.append(w)
@@ -174,7 +194,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
       w.task = None
       return
     while pending:
-      cap = pending.pop()
+      cap = pending.pop(w.slot)
       try:
         shared = store.shared_blobs(cap["id"]) if cap["kind"] == "exec" else {}   # only exec payloads refer to buffer blobs
         w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), shared, options.tolerances,
@@ -188,7 +208,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
 
   try:
     env_extra = {**(env_extra or {}), "REPLAY_WORKER_MEMORY_MB": str(options.memory_mb)}
-    for _ in range(min(options.jobs, len(captures))): start_worker()
+    for slot in range(min(options.jobs, len(captures))): start_worker(slot)
     while workers:
       busy = [w for w in workers if w.task is not None]
       if not busy and all(w.ready for w in workers) and (stopped or not pending): break
@@ -201,7 +221,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
           retire(w)
           if task is not None: record(task, {"status": "error", "reason": reason}, 0.0)
           elif not w.ready: raise RuntimeError(f"replay worker failed to start ({reason}); run with REPLAY_WORKER_STDERR=1 to see why")
-          if pending and not stopped: feed(start_worker())
+          if pending and not stopped: feed(start_worker(w.slot))
           continue
         for m in msgs:
           if m.get("ready"):
@@ -217,7 +237,7 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
         task = w.task
         retire(w)
         record(task, {"status": "error", "reason": f"timed out after {options.timeout:g}s"}, options.timeout)
-        if pending and not stopped: feed(start_worker())
+        if pending and not stopped: feed(start_worker(w.slot))
   finally:
     flush()
     for w in list(workers):
