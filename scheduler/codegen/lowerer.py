@@ -30,6 +30,7 @@ class Program:
   instrs: list[Instr]
   globals: list[tuple[int, DType, int]]  # (index, element dtype, size)
   variables: list[tuple[str, int, int]]  # (name, min, max), the order of the kernel arguments after the buffers
+  steps: float = math.inf                # iterations of the largest loop nest (inf when an extent is symbolic)
 
   def listing(self) -> str:
     return "\n".join(f"{i:4d} {x.op.name:<13} {x.dtype!r:<22} {list(x.src)!s:<16} {x.arg!r}" for i, x in enumerate(self.instrs))
@@ -378,4 +379,5 @@ def lower(ast: UOp) -> Program:
   globals_ = [(g.arg, g.dtype.base, g.dtype.size) for g in sorted({u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}, key=lambda g: g.arg)]
   variables = sorted({u.arg for u in ast.toposort if u.op is Ops.DEFINE_VAR} |
                      {v.arg for u in ast.toposort if u.op is Ops.VIEW for v in u.arg.vars() if v.op is Ops.DEFINE_VAR})
-  return Program(kernel_name(ast), lw.instrs, globals_, variables)
+  steps = max((_work(u.arg.shape) for u in ast.toposort if u.op is Ops.VIEW), default=1)
+  return Program(kernel_name(ast), lw.instrs, globals_, variables, steps)

@@ -214,3 +214,21 @@ def test_symbolic_kernels_still_render_their_variables():
   a = Tensor.arange(10).float().realize()
   sched, var_vals = a.shrink(((0, Variable("n", 1, 10).bind(4)),)).sum().schedule_with_vars()
   assert "int n" in render_c(lower(sched[-1].ast)) and list(var_vals.values()) == [4]
+
+
+def test_small_kernels_build_unoptimized_and_large_ones_optimized(monkeypatch):
+  """SMALL_KERNEL_STEPS: gcc's optimize("O0") on the kernel function of a small kernel only; both compute the same."""
+  import runtimes.cpu as cpu
+  from scheduler import realize
+  def source(t: Tensor) -> str:
+    return next(Device["CPU"].render(si.ast)[0] for si in t.schedule() if si.ast.op is Ops.SINK)
+  small, large = Tensor.empty(16, 16, device="CPU").sum(1), Tensor.empty(256, 256, device="CPU").sum(1)
+  assert '__attribute__((optimize("O0"))) void' in source(small) and "optimize" not in source(large)
+  data = np.arange(256 * 256, dtype=np.float32).reshape(256, 256) % 7
+  want = data.sum(1)
+  if find_c_compiler() is None: return
+  np.testing.assert_allclose(Tensor(data, device="CPU").sum(1).numpy(), want)
+  monkeypatch.setattr(cpu, "SMALL_KERNEL_STEPS", 1 << 30)
+  monkeypatch.setattr(realize, "_program_cache", {})
+  assert "optimize" in source(Tensor(data, device="CPU").sum(1))
+  np.testing.assert_allclose(Tensor(data, device="CPU").sum(1).numpy(), want)   # the same kernel at -O0

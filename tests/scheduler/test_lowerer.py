@@ -67,8 +67,11 @@ def accumulators(t: Tensor) -> int:
 
 @pytest.fixture
 def upcast_any_size(monkeypatch):
-  """Upcast kernels of any size, so that small test shapes exercise the tiles."""
+  """Upcast kernels of any size, and build them optimized, so that small test shapes exercise the tiles as the
+  compiler vectorizes them."""
+  import runtimes.cpu as cpu
   monkeypatch.setattr(lowerer, "UPCAST_MIN_WORK", 0)
+  monkeypatch.setattr(cpu, "SMALL_KERNEL_STEPS", 0)
 
 
 def test_a_matmul_computes_a_tile_of_outputs_per_iteration():
