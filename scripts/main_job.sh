@@ -17,10 +17,11 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || ! "$PY" -c "import replay, sc
   echo "$WANT" > "$STAMP"
 fi
 CACHE="${COMPILE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/process-replay}"
-BUILT=$( (find "$CACHE/cpu" -name '*.so' 2>/dev/null || true) | wc -l | tr -d ' ')   # no cache folder yet: 0
+# kernels built alone (cpu/*.so) and inside translation units (one cpu-index/*.txt each); no cache folder yet: 0
+BUILT=$( (find "$CACHE/cpu" "$CACHE/cpu-index" \( -name '*.so' -o -name '*.txt' \) 2>/dev/null || true) | wc -l | tr -d ' ')
 if [ "$BUILT" -lt 100 ]; then
-  echo "main job: the compile cache ($CACHE) holds $BUILT kernels: the corpus compiles about 600 C kernels first," \
-       "$(nproc 2>/dev/null || echo 1) at a time (about a minute on 2 cores); later runs take them from the cache" >&2
+  echo "main job: the compile cache ($CACHE) holds $BUILT kernels: the corpus compiles about 800 C kernels first," \
+       "$(nproc 2>/dev/null || echo 1) compiler processes at a time (5-10 s on 2 cores); later runs take them from the cache" >&2
 fi
 echo "main job: capturing the corpus (python -m scripts.workloads) into ${REPLAY_DB:-.replay/replay.db}" >&2
 COMPILE_PROGRESS=1 "$PY" -m replay capture -- "$PY" -m scripts.workloads --jobs "$(nproc 2>/dev/null || echo 1)"
