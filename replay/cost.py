@@ -19,14 +19,16 @@ _DECL = re.compile(r"^((?:unsigned |signed )?(?:long long|long|int|short|char|fl
 _LOAD = re.compile(r"^\*?\(?\w*\)?\s*data\d+\[")
 _STORE = re.compile(r"^data\d+\[.*\]\s*=")
 _INDEXED = re.compile(r"data\d+\[")
+_ATTRIBUTES = re.compile(r"^(?:__attribute__\(\((?:[^()]|\([^()]*\))*\)\)\s*)+")   # arguments may hold one level of ()
 # how much one unit of each counter weighs in the single cost figure (memory is dearer than arithmetic)
 WEIGHTS = {"alu": 1.0, "loads": 4.0, "stores": 4.0}
 
 
 def kernel_body(src: str, name: Optional[str] = None) -> list[str]:
-  """The lines of the kernel function (`void NAME(...) {` to its closing brace), without helper functions."""
+  """The lines of the kernel function (`void NAME(...) {` to its closing brace, after any `__attribute__((...))`),
+  without helper functions."""
   lines = [line.strip() for line in src.splitlines()]
-  start = next((i for i, line in enumerate(lines) if line.startswith("void ") and (name is None or f" {name}(" in line)), None)
+  start = next((i for i, line in enumerate(lines) if _ATTRIBUTES.sub("", line).startswith("void ") and (name is None or f" {name}(" in line)), None)
   if start is None: return []
   depth, body = 0, []
   for line in lines[start:]:
