@@ -36,6 +36,7 @@ WORKLOADS: dict[str, Callable[[], dict]] = {
   "int_arith_negative": edge_cases.int_arith_negative, "nested_views": edge_cases.nested_views,
   "assign_orderings": edge_cases.assign_orderings, "big_reductions": edge_cases.big_reductions,
   "constant_reductions": edge_cases.constant_reductions, "disk_views": edge_cases.disk_views,
+  "special_values": edge_cases.special_values,
   "upsampling_decoder": new_ops.upsampling_decoder, "einsum_attention": new_ops.einsum_attention, "nll_classifier": new_ops.nll_classifier,
   **{f"ref_{r['name']}": _reference_workload(r) for r in reference_rows()},
 }

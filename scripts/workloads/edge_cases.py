@@ -76,6 +76,25 @@ def big_reductions() -> dict:
   return {"outputs": [o.numpy() for o in outs]}
 
 
+def special_values_input() -> np.ndarray:
+  """128x256 normal floats with NaN, +inf, -inf and -0.0 sown in a fixed pattern."""
+  a = np.random.default_rng(21).standard_normal((128, 256)).astype(np.float32)
+  a[::7, ::5], a[::11, ::3], a[::13, ::4], a[::17, ::6] = np.nan, np.inf, -np.inf, -0.0
+  return a
+
+
+def special_values() -> dict:
+  """IEEE special values (NaN, infinities, signed zero) through comparisons, arithmetic, math functions and
+  reductions (max only where no NaN is left: which NaN wins a max is not specified), on tensors large enough that the C compiler optimizes their kernels: x != x, x - x, 1/x, sqrt and sums
+  must keep their IEEE meaning (a compiler flag or rewrite that assumes finite values changes them)."""
+  x = Tensor(special_values_input()).realize()
+  finite = (x != x).where(0, x).clip(-3, 3)
+  outs = [x != x, x - x, 1 / x, x.sqrt(), x.sum(1), (x != x).where(0, x).sum(1), x.maximum(0.5), (x != x).where(0, x).max(1), -x,
+          x < 1e30, finite.sum(1) * 1e-3, (finite * finite).sum(0)]
+  Tensor.realize(*outs)
+  return {"outputs": [o.numpy() for o in outs]}
+
+
 def disk_views() -> dict:
   """Views of a file on the DISK device: a bitcast slice realized as a view of the file's buffer, then sliced again
   (a view of a view: the offsets add up), and a view read through two slices before anything is realized."""

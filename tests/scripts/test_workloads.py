@@ -107,6 +107,21 @@ def test_view_and_assign_workloads_match_numpy(device):
   for got, want in zip(run_on(device, "assign_orderings")["outputs"], expected): np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_special_values_workload_matches_numpy(device):
+  if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
+  from scripts.workloads.edge_cases import special_values_input
+  x = special_values_input()
+  finite = np.clip(np.where(x != x, 0, x), -3, 3)
+  with np.errstate(all="ignore"):
+    expected = [x != x, x - x, 1 / x, np.sqrt(x), x.sum(1), np.where(x != x, 0, x).sum(1), np.where(x > 0.5, x, 0.5), np.where(x != x, 0, x).max(1), -x,
+                x < 1e30, finite.sum(1) * 1e-3, (finite * finite).sum(0)]
+  out = run_on(device, "special_values")["outputs"]
+  assert len(out) == len(expected)
+  for i, (got, want) in enumerate(zip(out, expected)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"output {i}")
+
+
 def test_big_reductions_match_numpy_and_split_by_default():
   from scheduler import Tensor
   from scheduler.helpers import Context
