@@ -77,8 +77,7 @@ class CPUDevice(HostDevice):
     for ast in asts:
       try: rendered.append(self.render(ast))
       except Exception as e: rendered.append(e)
-    # the cache key holds the flags and the compiler, so a kernel built by another compiler or flags is not reused
-    keys = [None if isinstance(r, Exception) else r[0] + "\n// " + " ".join(CFLAGS + LIBS) + "\n// " + compiler_identity() for r in rendered]
+    keys = [None if isinstance(r, Exception) else _cache_key(r[0]) for r in rendered]
     unbuilt = [i for i, key in enumerate(keys) if key is not None and not cache_path("cpu", key).exists()]
     loaded: dict[int, Callable] = {}
     for i in unbuilt:   # kernels built earlier inside a translation unit of another schedule
@@ -97,8 +96,8 @@ class CPUDevice(HostDevice):
     return out
 
   def _build_units(self, kernels: list[tuple[int, tuple[str, Program], str]]) -> dict[int, Callable]:
-    """Many new kernels at once (a training step's schedule) build as a few translation units, one per core, instead
-    of one compiler process each: the per-process cost (start, link) is most of a small kernel's build. Each
+    """New kernels of one schedule build as translation units (one, or one per core when there are many) instead of
+    one compiler process each: the per-process cost (start, link) is most of a small kernel's build. Each
     function gets a unique name in its unit; a unit is cached by its whole source, so the same schedule built again
     (another run, a replay) finds it. Kernels whose source does not have the usual shape build alone."""
     fits = [(i, src, prg, key) for i, (src, prg), key in kernels if src.startswith(_PRELUDE) and src.count(f"void {prg.name}(") == 1]
@@ -114,7 +113,7 @@ class CPUDevice(HostDevice):
         symbol = f"{prg.name}__k{i}"   # kernel names never hold "__": no clash with another kernel's name
         parts.append(src[len(_PRELUDE):].replace(f"void {prg.name}(", f"void {symbol}(", 1))
         names.append((i, prg, symbol, key))
-      sources.append("\n".join(parts) + "\n// " + " ".join(CFLAGS + LIBS) + "\n// " + compiler_identity())
+      sources.append(_cache_key("\n".join(parts)))
       symbols.append(names)
     loaded: dict[int, Callable] = {}
     for path, names in zip(build_all("cpu-units", sources, _compile_c, kernels=[len(u) for u in units]), symbols):
@@ -139,6 +138,11 @@ class CPUDevice(HostDevice):
       args = [ctypes.c_void_p(b.mem.ctypes.data) for b in bufs] + [ctypes.c_int(by_name[n]) for n in var_names]
       fxn(*args)
     return run
+
+
+def _cache_key(src: str) -> str:
+  """The source with the flags and the compiler appended: a kernel built by another compiler or flags is not reused."""
+  return src + "\n// " + " ".join(CFLAGS + LIBS) + "\n// " + compiler_identity()
 
 
 def _unit_index(key: str) -> pathlib.Path: return cache_path("cpu-index", key).with_suffix(".txt")

@@ -12,7 +12,7 @@ PY="$VENV/bin/python"
 # pip takes ~3.5 s even when nothing changed: install only when pyproject.toml differs from the last install here
 STAMP="$VENV/.process-replay-installed"
 WANT="$(pwd) $(cksum < pyproject.toml)"
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || ! "$PY" -c "import replay, scheduler, sqlite_utils, numpy, tabulate" 2>/dev/null; then
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || ! "$PY" -c "import sqlite_utils, numpy, tabulate" 2>/dev/null; then
   "$PY" -m pip install -q -e .
   echo "$WANT" > "$STAMP"
 fi
@@ -21,7 +21,7 @@ CACHE="${COMPILE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/process-replay}"
 BUILT=$( (find "$CACHE/cpu" "$CACHE/cpu-index" \( -name '*.so' -o -name '*.txt' \) 2>/dev/null || true) | wc -l | tr -d ' ')
 if [ "$BUILT" -lt 100 ]; then
   echo "main job: the compile cache ($CACHE) holds $BUILT kernels: the corpus compiles about 800 C kernels first," \
-       "$(nproc 2>/dev/null || echo 1) compiler processes at a time (5-10 s on 2 cores); later runs take them from the cache" >&2
+       "$(nproc 2>/dev/null || echo 1) compiler processes at a time (about 9 s of compiler time); later runs take them from the cache" >&2
 fi
 echo "main job: capturing the corpus (python -m scripts.workloads) into ${REPLAY_DB:-.replay/replay.db}" >&2
 COMPILE_PROGRESS=1 "$PY" -m replay capture -- "$PY" -m scripts.workloads --jobs "$(nproc 2>/dev/null || echo 1)"
