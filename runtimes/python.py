@@ -29,7 +29,9 @@ def c_idiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   return np.where(b == 0, 0, np.where((a < 0) != (b_safe < 0), -q, q))
 
 
-def c_mod(a, b): return a - c_idiv(a, b) * b
+def c_mod(a, b):
+  """C's remainder (the dividend's sign); by zero it is 0, as x // 0 is (the CPU device's semantics)."""
+  return np.where(b == 0, 0, a - c_idiv(a, b) * b).astype(np.result_type(a, b))
 
 
 def threefry2x32(x: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -136,7 +138,10 @@ def _eval(u: UOp, values: dict[UOp, Any], arrays: list[np.ndarray], var_vals: di
     return np.where(valid, data[np.where(valid, idx, 0)], np.zeros((), dtype=data.dtype))
   if op is Ops.STORE:
     shape, idx, valid = indexed_view(u.src[1].arg, var_vals)
-    val = np.broadcast_to(values[u.src[2]], shape)
+    val = np.asarray(values[u.src[2]])
+    # views of one element may differ in rank within a kernel ((1,) loads into a () store): same element
+    if val.ndim > len(shape) and val.size == 1: val = val.reshape(shape)
+    val = np.broadcast_to(val, shape)
     arrays[u.src[0].arg][idx[valid]] = val[valid]
     return None
   if op is Ops.REDUCE_AXIS:

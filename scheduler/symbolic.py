@@ -198,7 +198,10 @@ def _bool_arithmetic_is_logic(root: UOp) -> Optional[UOp]:
 
 def _fold_cast(root: UOp) -> Optional[UOp]:
   source = root.src[0]
-  if source.op is Ops.CONST: return root.const_like(source.arg)
+  if source.op is Ops.CONST:
+    not_finite = isinstance(source.arg, float) and not math.isfinite(source.arg)
+    if not_finite and dtypes.is_int(root.dtype): return None   # NaN/inf to int: what the device does, not a crash here
+    return root.const_like(source.arg)
   return source if source.dtype == root.dtype else None
 
 

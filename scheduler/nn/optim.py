@@ -27,7 +27,8 @@ class Optimizer:
     self.params: list[Tensor] = dedup(p for p, train in zip(params, trainable) if train)
     if not self.params: raise ValueError("optimizer got no parameters that require grad")
     self.buffers: list[Tensor] = dedup(p for p, train in zip(params, trainable) if not train)
-    self.lr = lr if isinstance(lr, Tensor) else Tensor([lr], dtype=dtypes.float32, requires_grad=False).contiguous().realize()
+    self.device = self.params[0].device   # the state lives where the parameters do
+    self.lr = lr if isinstance(lr, Tensor) else Tensor([lr], dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous().realize()
 
   def schedule_step(self) -> list[Tensor]:
     """The tensors one step writes (state, parameters, buffers), unrealized."""
@@ -70,8 +71,8 @@ class AdamW(Optimizer):
     self.wd, self.eps, self.b1, self.b2 = weight_decay, eps, b1, b2
     Optimizer.__init__(self, params, lr)
     # b1^t and b2^t, kept as tensors so that the step count lives on the device
-    self.b1_t = Tensor.ones((1,), dtype=dtypes.float32, requires_grad=False).contiguous()
-    self.b2_t = Tensor.ones((1,), dtype=dtypes.float32, requires_grad=False).contiguous()
+    self.b1_t = Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous()
+    self.b2_t = Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous()
     self.m = [_state_like(p, dtypes.float32) for p in self.params]
     self.v = [_state_like(p, dtypes.float32) for p in self.params]
 

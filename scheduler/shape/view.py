@@ -188,7 +188,8 @@ class View:
     for k, (begin, end) in enumerate(self.mask):
       if begin <= low[k] and high[k] < end: continue
       movers = [d for d, move in enumerate(moves) if move[k] != 0]
-      if not movers: return View.create(top.shape, strides, offset, tuple((0, 0) for _ in top.shape))
+      if not movers:   # nothing of top is valid; a view of no axes has no mask to say so
+        return View.create(top.shape, strides, offset, tuple((0, 0) for _ in top.shape)) if top.shape else None
       if len(movers) > 1: return None
       d, step = movers[0], moves[movers[0]][k]
       # origin[k] + i*step must lie in [begin, end)

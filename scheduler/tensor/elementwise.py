@@ -48,9 +48,10 @@ class Elementwise:
 
   def round(self):
     """Round half to even."""
-    half = self.cast(dtypes.int32) / 2.0
-    even = half.cast(dtypes.int32) == half
-    return ((self > 0) == even).where((self - 0.5).ceil(), (self + 0.5).floor())
+    half = self.trunc() / 2.0
+    even = half.trunc() == half
+    rounded = ((self > 0) == even).where((self - 0.5).ceil(), (self + 0.5).floor())
+    return (self.abs() < 2.0 ** _MANTISSA.get(self.dtype.itemsize, 0)).where(rounded, self) if dtypes.is_float(self.dtype) else self
 
   def clip(self, min_=None, max_=None):
     if (min_, max_) == (None, None): raise RuntimeError("at least one of 'min_' or 'max_' must not be None")
@@ -62,8 +63,10 @@ class Elementwise:
   def clamp(self, min_=None, max_=None): return self.clip(min_=min_, max_=max_)
 
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5):
-    """alpha * x + beta clipped to [0, 1] (by max and min, so that +-inf give 1 and 0)."""
-    return (alpha * self + beta).maximum(0).minimum(1)
+    """alpha * x + beta clipped to [0, 1]: +-inf give 1 and 0, NaN stays NaN, and the gradient is 0 at the two
+    corners (as torch)."""
+    z = alpha * self + beta
+    return (z <= 0).where(0, (z >= 1).where(1, z))
 
   def elu(self, alpha=1.0):
     negative_part = (1 - self.exp()).relu()
@@ -74,8 +77,10 @@ class Elementwise:
     return self.relu() - leak
 
   def softplus(self, beta=1):
-    scaled = (self * beta).exp()
-    return (1 / beta) * (1 + scaled).log()
+    """log(1 + exp(beta x)) / beta, as max(z, 0) + log(1 + exp(-|z|)): no overflow for large z, and a gradient
+    that is 0 or 1 at the extremes instead of inf * 0."""
+    z = self * beta
+    return (1 / beta) * (z.relu() + (1 + (-z.abs()).exp()).log())
 
   # ***** binary *****
 
@@ -116,7 +121,9 @@ class Elementwise:
 
   def pow(self, x, reverse=False):
     if not reverse and not isinstance(x, TensorBase):
-      if x == 0: return self.ones_like()
+      if x == 0:   # 1 everywhere (NaN and inf too), still a function of self: its gradient is 0, not missing
+        zero = self * 0
+        return zero.ne(0).where(1, zero + 1)
       if x == 1: return self * 1
       if x == 0.5: return self.sqrt()
       if x == -1: return self.reciprocal()
@@ -195,9 +202,24 @@ def _sign(x):
   return x.ne(0).where(magnitude_one, x.full_like(0)) + x * 0   # + x * 0 keeps NaN as NaN
 
 
+_MANTISSA = {2: 10, 4: 23, 8: 52}
+
+
 def _trunc(x):
+  """Toward zero through an integer cast where the value fits one; NaN, infinities and floats too large to have a
+  fraction stay as they are (a cast would overflow)."""
   if not dtypes.is_float(x.dtype): return x
-  return x.cast(dtypes.int32).cast(x.dtype)
+  whole = x.cast(dtypes.int64 if x.dtype.itemsize == 8 else dtypes.int32).cast(x.dtype)
+  return (x.abs() < 2.0 ** _MANTISSA[x.dtype.itemsize]).where(whole, x)
+
+
+def _sigmoid(x):
+  """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below, each branch fed only its own side's inputs (0 for the
+  other), so that no exponential overflows in the value or the gradient (0 at +-400, not inf * 0)."""
+  positive = x > 0
+  e = (positive.where(0, x) * LOG2_E).exp2()
+  upper = (1 + (positive.where(x, 0) * -LOG2_E).exp2()).reciprocal()
+  return positive.where(upper, e * (1 + e).reciprocal())
 
 
 def _times_gate(x, gate):
@@ -249,7 +271,7 @@ _COMPOSED = {
   "atanh": lambda x: ((1 + x) / (1 - x)).log() / 2,
   "exp": lambda x: x.mul(LOG2_E).exp2(),
   "log": lambda x: x.log2() * math.log(2),
-  "rsqrt": lambda x: x.reciprocal().sqrt(),
+  "rsqrt": lambda x: x.sqrt().reciprocal(),   # its gradient at 0 is -inf (sqrt(1/x) would give inf * 0)
   "cos": lambda x: ((math.pi / 2) - x).sin(),
   "tan": lambda x: x.sin() / x.cos(),
   "square": lambda x: x * x,
@@ -258,7 +280,7 @@ _COMPOSED = {
   "trunc": _trunc,
   "relu": lambda x: (x > 0).where(x, 0),
   "relu6": lambda x: x.relu() - (x - 6).relu(),
-  "sigmoid": lambda x: (1 + (x * -LOG2_E).exp2()).reciprocal(),
+  "sigmoid": _sigmoid,
   "tanh": lambda x: 2.0 * (2.0 * x).sigmoid() - 1.0,
   "swish": lambda x: x * x.sigmoid(),
   "silu": lambda x: x.swish(),

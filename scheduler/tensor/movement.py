@@ -96,8 +96,8 @@ class Movement:
         x = x.shrink(tuple((max(-before, 0), n - max(-after, 0)) if a == axis else None for a in range(x.ndim)))
         before, after, n = max(before, 0), max(after, 0), x.shape[axis]
       if before == after == 0: continue
-      limit = n - 1 if mode == "reflect" else n
-      if max(before, after) > limit or (mode == "replicate" and n == 0):
+      limit = {"reflect": n - 1, "circular": n}.get(mode)   # the edge repeats any number of times
+      if (limit is not None and max(before, after) > limit) or n == 0:
         raise ValueError(f"{mode} padding of {max(before, after)} is too large for an axis of size {n}")
       def part(start: int, end: int): return x.shrink(tuple((start, end) if a == axis else None for a in range(x.ndim)))
       if mode == "reflect": left, right = part(1, before + 1).flip(axis), part(n - 1 - after, n - 1).flip(axis)
