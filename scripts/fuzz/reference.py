@@ -1,0 +1,337 @@
+"""The numpy oracle of generated programs: tinygrad 0.10.2's documented semantics written for numpy arrays.
+
+Used by the numpy half of every generated program (`scripts/fuzz/generate.py` writes calls to these functions),
+and by the standalone reproducers it prints. Nothing here imports the compiler: the promotion lattice, integer
+division and the NaN rules are restated from the reference's documented behaviour, so that a bug in the
+compiler's own tables cannot hide behind the oracle.
+
+Semantics decided here (and documented in the README's fuzzing section):
+- integer `a // b` truncates toward zero (C), `a % b` has the divisor's sign (Python); by zero both are 0;
+- float to int casts truncate toward zero (the generator only casts values that fit);
+- `relu`, `maximum`, `minimum`, `clip` and max/min reductions never see NaN in generated programs (their NaN
+  behaviour is comparison-based in the reference and differs from numpy's).
+"""
+from __future__ import annotations
+import numpy as np
+
+# one step widenings of the promotion lattice (JAX's, as the reference uses)
+_WIDENS = {
+  "bool": ("int8", "uint8"), "int8": ("int16",), "int16": ("int32",), "int32": ("int64",), "int64": ("float16",),
+  "uint8": ("int16", "uint16"), "uint16": ("int32", "uint32"), "uint32": ("int64", "uint64"), "uint64": ("float16",),
+  "float16": ("float32",), "float32": ("float64",), "float64": (),
+}
+_ORDER = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64"]
+INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+FLOATS = ("float16", "float32", "float64")
+DTYPES = ("bool",) + INTS + FLOATS
+
+
+def _upward(dtype: str) -> set:
+  seen, todo = {dtype}, [dtype]
+  while todo:
+    for wider in _WIDENS[todo.pop()]:
+      if wider not in seen: seen.add(wider); todo.append(wider)
+  return seen
+
+
+def promote(*names: str) -> str:
+  """The dtype two or more dtypes promote to."""
+  shared = set.intersection(*(_upward(n) for n in names))
+  return min(shared, key=_ORDER.index)
+
+
+def is_float(name: str) -> bool: return name in FLOATS
+def is_int(name: str) -> bool: return name in INTS
+def float_of(name: str) -> str: return name if is_float(name) else "float32"
+
+
+def int_range(name: str) -> tuple[int, int]:
+  info = np.iinfo(np.dtype(name))
+  return int(info.min), int(info.max)
+
+
+def data(shape: tuple, dtype: str, seed: int, kind: str = "normal") -> np.ndarray:
+  """Deterministic input data: `normal` values (floats clipped to +-3, ints in [-5, 5], or [0, 9] unsigned),
+  `positive` (floats in [0.5, 3]), `special` (floats mixing NaN, +-inf, -0.0, huge and tiny values; ints at
+  their extremes) or `bool`."""
+  rng = np.random.default_rng(seed)
+  if dtype == "bool": return rng.integers(0, 2, size=shape).astype(bool)
+  if is_int(dtype):
+    lo, hi = int_range(dtype)
+    if kind == "special":
+      pool = np.array([lo, hi, 0, 1, -1 if lo < 0 else 2, lo + 1, hi - 1], dtype=object)
+      return rng.choice(pool, size=shape).astype(dtype)
+    return rng.integers(max(lo, -5), 10 if lo == 0 else 6, size=shape).astype(dtype)
+  if kind == "positive": return rng.uniform(0.5, 3.0, size=shape).astype(dtype)
+  values = np.clip(rng.standard_normal(size=shape), -3, 3)
+  if kind == "special":
+    big = float(np.finfo(np.dtype(dtype)).max) / 4
+    tiny = float(np.finfo(np.dtype(dtype)).tiny)
+    pool = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, big, -big, tiny, -tiny, 1.0, -2.5])
+    pick = rng.integers(0, len(pool) + 3, size=shape)
+    values = np.where(pick < len(pool), pool[np.minimum(pick, len(pool) - 1)], values)
+  with np.errstate(all="ignore"): return values.astype(dtype)
+
+
+def cast(x: np.ndarray, dtype: str) -> np.ndarray:
+  x = np.asarray(x)
+  if dtype == "bool": return x != 0
+  with np.errstate(all="ignore"):
+    if is_int(dtype) and x.dtype.kind == "f": return np.trunc(x).astype(np.int64).astype(dtype)
+    return x.astype(dtype)
+
+
+def binary(op: str, a, b, out_dtype: str) -> np.ndarray:
+  """a op b computed in the promoted dtype, with the reference's integer division and modulo."""
+  a, b = np.asarray(a), np.asarray(b)
+  with np.errstate(all="ignore"):
+    if op in ("lt", "gt", "eq", "ne", "le", "ge"):
+      dtype = promote(str(a.dtype), str(b.dtype))
+      a, b = cast(a, dtype), cast(b, dtype)
+      return {"lt": np.less, "gt": np.greater, "eq": np.equal, "ne": np.not_equal, "le": np.less_equal, "ge": np.greater_equal}[op](a, b)
+    a, b = cast(a, out_dtype), cast(b, out_dtype)
+    if op == "add": return (a + b).astype(out_dtype)
+    if op == "sub": return (a - b).astype(out_dtype)
+    if op == "mul": return (a * b).astype(out_dtype)
+    if op == "div": return (a / b).astype(out_dtype)
+    if op == "idiv": return idiv(a, b).astype(out_dtype)
+    if op == "mod": return mod(a, b).astype(out_dtype)
+    if op == "maximum": return np.maximum(a, b)
+    if op == "minimum": return np.minimum(a, b)
+    if op == "xor": return a ^ b
+    if op == "and": return a & b
+    if op == "or": return a | b
+  raise ValueError(op)
+
+
+def idiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """Integer division truncating toward zero; by zero it is 0."""
+  a64, b64 = a.astype(np.int64) if a.dtype != np.uint64 else a, b.astype(np.int64) if b.dtype != np.uint64 else b
+  safe = np.where(b64 == 0, 1, b64)
+  q = np.abs(a64) // np.abs(safe) if a.dtype != np.uint64 else a64 // safe
+  if a.dtype != np.uint64: q = np.where((a64 < 0) != (safe < 0), -q, q)
+  return np.where(b64 == 0, 0, q).astype(a.dtype)
+
+
+def mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """Remainder with the divisor's sign (Python's); by zero it is 0."""
+  if a.dtype.kind == "f": return np.where(b == 0, np.nan, np.mod(a, np.where(b == 0, 1, b))).astype(a.dtype)
+  safe = np.where(b == 0, 1, b)
+  return np.where(b == 0, 0, np.mod(a, safe)).astype(a.dtype)
+
+
+def unary(op: str, x, out_dtype: str) -> np.ndarray:
+  """A unary function of the reference, computed in float64 and stored as `out_dtype`."""
+  x64 = np.asarray(x).astype(np.float64)
+  with np.errstate(all="ignore"):
+    out = {
+      "neg": lambda v: -v, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
+      "reciprocal": lambda v: 1 / v, "abs": np.abs, "relu": lambda v: np.where(v > 0, v, 0.0),
+      "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh, "square": np.square,
+      "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": np.round,
+      "softplus": lambda v: np.logaddexp(0, v), "silu": lambda v: v / (1 + np.exp(-v)),
+      "exp2": np.exp2, "log2": np.log2, "rsqrt": lambda v: 1 / np.sqrt(v),
+      "hardsigmoid": lambda v: np.clip(v / 6 + 0.5, 0, 1),
+      "gelu": lambda v: 0.5 * v * (1 + np.tanh(0.7978845608 * (v + 0.044715 * v ** 3))),
+      "quick_gelu": lambda v: v / (1 + np.exp(-1.702 * v)),
+      "elu": lambda v: np.where(v > 0, v, np.expm1(v)), "sign": np.sign,
+    }[op](x64)
+    if op == "neg" and is_int(str(np.asarray(x).dtype)): return (-np.asarray(x)).astype(out_dtype)
+    if op == "abs" and is_int(str(np.asarray(x).dtype)): return np.abs(np.asarray(x)).astype(out_dtype)
+    return out.astype(out_dtype)
+
+
+def derivative(op: str, x: np.ndarray) -> np.ndarray:
+  """d op(x) / dx from the closed form, in float64 (0 where the function is flat, +-inf where it is vertical)."""
+  v = np.asarray(x).astype(np.float64)
+  with np.errstate(all="ignore"):
+    s = 1 / (1 + np.exp(-v))
+    t = np.tanh(v)
+    inner = 0.7978845608 * (v + 0.044715 * v ** 3)
+    return {
+      "neg": -np.ones_like(v), "exp": np.exp(v), "log": 1 / v, "sqrt": 0.5 / np.sqrt(v), "sin": np.cos(v),
+      "cos": -np.sin(v), "reciprocal": -1 / (v * v), "tanh": 1 - t * t, "sigmoid": s * (1 - s), "square": 2 * v,
+      "relu": (v > 0).astype(np.float64), "exp2": np.exp2(v) * np.log(2), "log2": 1 / (v * np.log(2)),
+      "rsqrt": -0.5 * v ** -1.5, "softplus": s, "silu": s * (1 + v * (1 - s)),
+      "hardsigmoid": np.where((v > -3) & (v < 3), 1 / 6, 0.0),
+      "gelu": 0.5 * (1 + np.tanh(inner)) + 0.5 * v * (1 - np.tanh(inner) ** 2) * 0.7978845608 * (1 + 3 * 0.044715 * v * v),
+      "quick_gelu": 1 / (1 + np.exp(-1.702 * v)) + v * 1.702 * np.exp(-1.702 * v) / (1 + np.exp(-1.702 * v)) ** 2,
+    }[op]
+
+
+def sum_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
+  with np.errstate(all="ignore"):
+    return np.asarray(np.sum(np.asarray(x).astype(_acc(out_dtype)), axis=axis, keepdims=keepdim)).astype(out_dtype)
+
+
+def prod_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
+  with np.errstate(all="ignore"):
+    return np.asarray(np.prod(np.asarray(x).astype(_acc(out_dtype)), axis=axis, keepdims=keepdim)).astype(out_dtype)
+
+
+def mean_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
+  with np.errstate(all="ignore"):
+    return np.asarray(np.mean(np.asarray(x).astype(np.float64), axis=axis, keepdims=keepdim)).astype(out_dtype)
+
+
+def _acc(dtype: str):
+  if dtype == "bool": return np.int64
+  return np.float64 if is_float(dtype) else np.dtype(dtype)
+
+
+def sum_dtype(dtype: str) -> str:
+  """The dtype `sum` returns: bools and small ints sum as int32 (uint32 for unsigned), as in the reference."""
+  if dtype == "bool": return "int32"
+  if dtype in ("int8", "int16"): return "int32"
+  if dtype in ("uint8", "uint16"): return "uint32"
+  return dtype
+
+
+def pad(x, pads, value=0.0) -> np.ndarray:
+  """Pads of (before, after) per axis; negative amounts cut."""
+  x = np.asarray(x)
+  cut = tuple(slice(max(-b, 0), x.shape[i] - max(-a, 0)) for i, (b, a) in enumerate(pads))
+  x = x[cut]
+  return np.pad(x, [(max(b, 0), max(a, 0)) for b, a in pads], constant_values=value)
+
+
+def pad_mode(x, pads, mode: str) -> np.ndarray:
+  x = np.asarray(x)
+  cut = tuple(slice(max(-b, 0), x.shape[i] - max(-a, 0)) for i, (b, a) in enumerate(pads))
+  x = x[cut]
+  return np.pad(x, [(max(b, 0), max(a, 0)) for b, a in pads], mode={"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode])
+
+
+def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
+  """Cross-correlation of NCHW `x` with OIHW `w`, computed in float64."""
+  x, w = np.asarray(x, dtype=np.float64), np.asarray(w, dtype=np.float64)
+  x = np.pad(x, [(0, 0), (0, 0), (padding, padding), (padding, padding)])
+  n, cin, h, wd = x.shape
+  cout, cin_g, kh, kw = w.shape
+  oh, ow = (h - dilation * (kh - 1) - 1) // stride + 1, (wd - dilation * (kw - 1) - 1) // stride + 1
+  out = np.zeros((n, cout, oh, ow))
+  per_group = cout // groups
+  for o in range(cout):
+    g = o // per_group
+    for i in range(kh):
+      for j in range(kw):
+        patch = x[:, g * cin_g:(g + 1) * cin_g, i * dilation:i * dilation + stride * oh:stride, j * dilation:j * dilation + stride * ow:stride]
+        out[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, i, j])
+  return out
+
+
+def pool2d(x, kernel: int, stride: int, padding: int, how: str, count_include_pad: bool = True) -> np.ndarray:
+  """max or avg pooling over the last two axes, in float64 (max pads with -inf)."""
+  x = np.asarray(x, dtype=np.float64)
+  lead = x.shape[:-2]
+  h, w = x.shape[-2:]
+  fill = -np.inf if how == "max" else 0.0
+  xp = np.pad(x, [(0, 0)] * len(lead) + [(padding, padding)] * 2, constant_values=fill)
+  ones = np.pad(np.ones((h, w)), [(padding, padding)] * 2)
+  oh, ow = (h + 2 * padding - kernel) // stride + 1, (w + 2 * padding - kernel) // stride + 1
+  out = np.zeros(lead + (oh, ow))
+  for a in range(oh):
+    for b in range(ow):
+      window = xp[..., a * stride:a * stride + kernel, b * stride:b * stride + kernel]
+      if how == "max": out[..., a, b] = window.max(axis=(-1, -2))
+      else:
+        count = kernel * kernel if count_include_pad else ones[a * stride:a * stride + kernel, b * stride:b * stride + kernel].sum()
+        out[..., a, b] = window.sum(axis=(-1, -2)) / count
+  return out
+
+
+def tolerance(dtype: str) -> tuple[float, float]:
+  """(rtol, atol) of a float dtype's comparison."""
+  return {"float16": (2e-2, 2e-2), "float32": (2e-4, 1e-5), "float64": (1e-9, 1e-12)}.get(dtype, (0.0, 0.0))
+
+
+def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float = None, atol: float = None) -> str:
+  """'' when `actual` equals `expected` under the dtype's policy (ints and bools exact, floats close, NaN and
+  infinities equal to themselves); else a one-line description of the first difference."""
+  actual, expected = np.asarray(actual), np.asarray(expected)
+  if actual.shape != expected.shape: return f"shape {actual.shape} != expected {expected.shape}"
+  if str(actual.dtype) != dtype: return f"dtype {actual.dtype} != expected {dtype}"
+  if not is_float(dtype):
+    bad = np.argwhere(actual != expected)
+  else:
+    dr, da = tolerance(dtype)
+    rtol, atol = dr if rtol is None else rtol, da if atol is None else atol
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    with np.errstate(all="ignore"):
+      close = (a == e) | (np.isnan(a) & np.isnan(e)) | (np.isfinite(e) & (np.abs(a - e) <= atol + rtol * np.abs(e)))
+    bad = np.argwhere(~close)
+  if len(bad) == 0: return ""
+  where = tuple(int(i) for i in bad[0])
+  return f"{len(bad)} of {actual.size} elements differ; at {where}: got {actual[where]!r}, expected {expected[where]!r}"
+
+
+def max_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
+  return np.asarray(np.max(np.asarray(x), axis=axis, keepdims=keepdim)).astype(out_dtype)
+
+
+def argmax(x, axis: int, keepdim: bool) -> np.ndarray:
+  """The first index of the maximum along `axis` (bools and ints compared as they are)."""
+  out = np.argmax(np.asarray(x), axis=axis).astype(np.int32)
+  return np.expand_dims(out, axis) if keepdim else out
+
+
+def uniform_like(values: np.ndarray) -> np.ndarray:
+  """Random floats are not recomputed here: the check is their range (and, across devices, their equality)."""
+  values = np.asarray(values)
+  if values.size and not (np.all(values >= 0) and np.all(values < 1)): raise AssertionError(f"rand gave values outside [0, 1): {values}")
+  return values
+
+
+def in_range(values: np.ndarray, low: int, high: int) -> np.ndarray:
+  values = np.asarray(values)
+  if values.size and not (np.all(values >= low) and np.all(values <= high)):
+    raise AssertionError(f"randint gave values outside [{low}, {high}]: {values}")
+  return values
+
+
+def finite_difference(numpy_source: str, loss: str, wrt: str, h: float = 1e-6) -> np.ndarray:
+  """d loss / d wrt of a numpy program (float64) by central differences, element by element."""
+  def evaluate(replacement: np.ndarray) -> float:
+    env = {"np": np, "ref": __import__(__name__, fromlist=["x"]), "_override": (wrt, replacement)}
+    lines = numpy_source.split("\n")
+    for line in lines:
+      exec(line, env)
+      if line.startswith(f"{wrt} = "): env[wrt] = replacement.copy()
+    return float(env[loss])
+  env = {"np": np, "ref": __import__(__name__, fromlist=["x"])}
+  exec(numpy_source, env)
+  base = np.array(env[wrt], dtype=np.float64)
+  grad = np.zeros_like(base)
+  for index in np.ndindex(base.shape):
+    up, down = base.copy(), base.copy()
+    up[index] += h; down[index] -= h
+    grad[index] = (evaluate(up) - evaluate(down)) / (2 * h)
+  return grad
+
+
+def optimizer_steps(kind: str, w: np.ndarray, x: np.ndarray, steps: int, lr: float, momentum: float = 0.0,
+                    nesterov: bool = False, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999,
+                    eps: float = 1e-8) -> np.ndarray:
+  """`steps` updates of w on loss sum(w*x) + sum(w^2)/2 (gradient x + w): torch's SGD and Adam/AdamW rules."""
+  w = w.astype(np.float64).copy()
+  velocity, m, v = np.zeros_like(w), np.zeros_like(w), np.zeros_like(w)
+  for t in range(1, steps + 1):
+    g = x.astype(np.float64) + w
+    if kind == "SGD":
+      g = g + weight_decay * w
+      if momentum:
+        velocity = momentum * velocity + g if t > 1 else g
+        g = g + momentum * velocity if nesterov else velocity
+      w = w - lr * g
+    else:
+      m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+      mhat, vhat = m / (1 - b1 ** t), v / (1 - b2 ** t)
+      w = w - lr * (mhat / (np.sqrt(vhat) + eps) + weight_decay * w)
+  return w.astype(np.float32)
+
+
+def assert_close(actual, expected, dtype: str, atol: float = 0.0, rtol: float = None) -> None:
+  """Raise AssertionError when a Tensor (or array) differs from `expected` under the dtype's policy."""
+  actual = actual.numpy() if hasattr(actual, "numpy") else np.asarray(actual)
+  problem = mismatch(actual, np.asarray(expected), dtype, rtol=rtol, atol=atol or None)
+  if problem: raise AssertionError(problem)
