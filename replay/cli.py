@@ -702,6 +702,40 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
   sys.exit(exit_code)
 
 
+@cli.command()
+@click.option("--base", required=True, help="The revision to replay the generated programs on.")
+@click.option("--budget", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds to spend: sets how many programs run (about 2.5 s each, capture and replay included).")
+@click.option("--count", type=click.IntRange(min=1), default=None, help="Run exactly this many programs (overrides --budget).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the program stream (the same programs at every revision).")
+@click.option("--save", "save_dir", type=click.Path(file_okay=False), default=None,
+              help="Write each program that shows a difference here as a standalone pytest file (it can join the corpus).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture.")
+@click.option("--format", "fmt", type=click.Choice(rpt.FORMATS), default="text", show_default=True, help="Report format on stdout.")
+@click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Also write the report to this file.")
+def fuzz(base, budget, count, seed, save_dir, jobs, timeout, fmt, output):
+  """Generate random Tensor programs (scripts/fuzz), capture them here and replay them on --base, plain and end to
+  end: reported like `replay diff`, each program's captures located as fuzz:SEED:INDEX."""
+  from replay import fuzzing, revisions
+  try: revisions.resolve(base, False, cwd=str(revisions.repo_root()))
+  except UnknownRevision as e: raise UsageMistake(str(e)) from None
+  except RevisionError as e: raise HarnessError(str(e)) from None
+  programs = fuzzing.program_count(budget, count)
+  click.echo(f"replay fuzz: {programs} programs of seed {seed}", err=True)
+  code, run_id, counts = run_capture(fuzzing.capture_command(seed, programs))
+  if code != 0: raise HarnessError(f"the fuzz programs failed to run (exit code {code})")
+  if not sum(counts.values()): raise HarnessError("the fuzz programs captured nothing")
+  store = _store()
+  summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, False, jobs, timeout, None, None, None, rerun=True)
+  exit_code = finish(store, summary, fmt, output)
+  if save_dir:
+    differing = fuzzing.differing_programs(store.outcomes(summary.replay["id"]))
+    for path in fuzzing.save_programs(differing, pathlib.Path(save_dir)): click.echo(f"replay fuzz: saved {path}", err=True)
+    if not differing: click.echo("replay fuzz: no program differs; nothing saved", err=True)
+  sys.exit(exit_code)
+
+
 def main() -> None:
   # SIGTERM unwinds like an exception, so that the runner's cleanup kills its workers (also one stuck in a kernel)
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

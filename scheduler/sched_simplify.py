@@ -177,6 +177,8 @@ def unary_before_expand(ctx: dict, u: UOp) -> Optional[UOp]:
   """S29: a unary op of an expanding view is applied to the view's source, under the same view."""
   view = u.src[0]
   if view.op is not Ops.VIEW or not resolve(prod(u.shape) > view.st.real_size()): return None
+  # a masked view reads 0 outside its mask: moving the op under it is right only for ops with op(0) == 0
+  if not _unmasked(view.st) and u.op not in (Ops.NEG, Ops.SQRT, Ops.SIN): return None
   return view.src[0].alu(u.op).view(view.st)
 
 

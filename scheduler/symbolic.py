@@ -8,7 +8,7 @@ import math, operator
 from typing import Any, Optional
 from scheduler.dtype import DType, dtypes, truncate_const
 from scheduler import ops
-from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher
+from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher, resolve
 
 
 def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
@@ -165,7 +165,8 @@ def _fold_same_operands(root: UOp) -> Optional[UOp]:
   """S13 folds of an op applied to one value twice: x//x, x<x, int x!=x, idempotent ops."""
   x, y = root.src
   if x is not y: return None
-  if root.op is Ops.IDIV: return x.const_like(1)
+  if root.op is Ops.IDIV:   # 0 // 0 is 0, so x // x is 1 only where x cannot be 0
+    return x.const_like(1) if (x.op is Ops.CONST and x.arg != 0) or resolve(x.vmin > 0, False) or resolve(x.vmax < 0, False) else None
   if root.op is Ops.CMPLT: return _false_like(x)
   if root.op is Ops.CMPNE and dtypes.is_int(x.dtype): return _false_like(x)
   if root.op in GroupOp.Idempotent: return x

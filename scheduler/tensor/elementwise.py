@@ -66,7 +66,8 @@ class Elementwise:
     """alpha * x + beta clipped to [0, 1]: +-inf give 1 and 0, NaN stays NaN, and the gradient is 0 at the two
     corners (as torch)."""
     z = alpha * self + beta
-    return (z <= 0).where(0, (z >= 1).where(1, z))
+    at_or_below, at_or_above = (z < 0) | (z == 0), (z > 1) | (z == 1)   # false for NaN (x <= y is not(x > y))
+    return at_or_below.where(0, at_or_above.where(1, z))
 
   def elu(self, alpha=1.0):
     negative_part = (1 - self.exp()).relu()
@@ -77,10 +78,13 @@ class Elementwise:
     return self.relu() - leak
 
   def softplus(self, beta=1):
-    """log(1 + exp(beta x)) / beta, as max(z, 0) + log(1 + exp(-|z|)): no overflow for large z, and a gradient
+    """log(1 + exp(beta x)) / beta, as z + log(1 + exp(-z)) above 0: no overflow for large z, and a gradient
     that is 0 or 1 at the extremes instead of inf * 0."""
     z = self * beta
-    return (1 / beta) * (z.relu() + (1 + (-z.abs()).exp()).log())
+    positive = z > 0   # each branch sees only its own side's values (the other gets 0), so neither overflows
+    upper = positive.where(z, 0)
+    lower = positive.where(0, z)
+    return (1 / beta) * positive.where(upper + (1 + (-upper).exp()).log(), (1 + lower.exp()).log())
 
   # ***** binary *****
 

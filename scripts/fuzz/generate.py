@@ -142,9 +142,10 @@ class Builder:
   # ***** ops on a value *****
 
   def step(self, x: Value) -> Value:
-    families = [self.unary, self.binary, self.reduce, self.movement, self.movement, self.index, self.cast]
+    families = [self.unary, self.unary, self.binary, self.binary, self.binary, self.reduce, self.movement, self.movement,
+                self.index, self.cast]
     if len(x.shape) >= 1 and ref.is_float(x.dtype): families += [self.matmul]
-    if len(x.shape) == 4 and ref.is_float(x.dtype) and x.bound is not None: families += [self.conv, self.pool]
+    if len(x.shape) == 4 and 0 not in x.shape and ref.is_float(x.dtype) and x.bound is not None: families += [self.conv, self.pool] * 4
     return self.c.choice(families)(x)
 
   def unary(self, x: Value) -> Value:
@@ -262,11 +263,12 @@ class Builder:
     shape = tuple((1 if a in reduced else s) for a, s in enumerate(x.shape) if keepdim or a not in reduced)
     ops = ["sum", "sum", "mean"] + ([] if x.nan or count == 0 else ["max", "min", "argmax", "prod"])
     op = c.choice(ops)
-    if op == "prod" and (x.bound is None or x.bound ** count > 1e30 or (ref.is_int(ref.sum_dtype(x.dtype)) and x.bound ** count > 1e15)):
+    magnitude = None if x.bound is None else count * math.log10(max(x.bound, 1.0))   # log10 of the product's bound
+    if op == "prod" and (magnitude is None or magnitude > 30 or (ref.is_int(ref.sum_dtype(x.dtype)) and magnitude > 15)):
       op = "sum"
     if op == "argmax" and (not isinstance(axis_arg, int) or x.dtype == "bool"): op = "sum"
     if op == "sum" and ref.is_int(ref.sum_dtype(x.dtype)) and (x.bound is None or x.bound * count > self._int_max(ref.sum_dtype(x.dtype))):
-      op = "max" if not x.nan else "mean"
+      op = "max" if not x.nan and count > 0 else "mean"
     kd = f", keepdim={keepdim}" if keepdim else ""
     ax = f"axis={axis_arg!r}"
     npax = "None" if axis_arg is None else repr(axis_arg)
@@ -280,7 +282,7 @@ class Builder:
       return self.emit(v, f"t{x.name}.{op}({ax}{kd})", f"np.asarray({fn}(n{x.name}, axis={npax}, keepdims={keepdim}))", op)
     out = ref.sum_dtype(x.dtype) if op != "mean" else ref.float_of(x.dtype)
     if op == "prod": out = x.dtype if x.dtype != "bool" else "bool"
-    bound = None if x.bound is None else (x.bound * count if op == "sum" else x.bound if op == "mean" else x.bound ** count)
+    bound = None if x.bound is None else (x.bound * count if op == "sum" else x.bound if op == "mean" else max(x.bound, 1.0) ** count)
     if bound is not None and out == "float16" and bound > 60000: bound = None
     nan = ref.is_float(out) and (x.nan or bound is None)
     v = self.new(shape, out, None if nan else bound, nan=nan, terms=x.terms * count)
@@ -493,8 +495,10 @@ class Builder:
 def values_program(c) -> Program:
   """Created tensors, then a chain of ops; the last value and one earlier value are checked against numpy."""
   b = Builder(c, "values")
-  x = b.created()
-  for _ in range(c.integer(1, 6)):
+  if c.boolean(0.15):   # an image batch (N, C, H, W) for convolutions and pooling
+    x = b.input((c.integer(1, 2), c.integer(1, 4), c.integer(3, 9), c.integer(3, 9)), b.dtype(floats_only=True), kind="normal")
+  else: x = b.created()
+  for _ in range(c.integer(1, 8)):
     if _numel(x.shape) > (1 << 21): x = b.reduce(x)
     else: x = b.step(x)
   b.check(x)

@@ -132,8 +132,9 @@ def unary(op: str, x, out_dtype: str) -> np.ndarray:
       "softplus": lambda v: np.logaddexp(0, v), "silu": lambda v: v / (1 + np.exp(-v)),
       "exp2": np.exp2, "log2": np.log2, "rsqrt": lambda v: 1 / np.sqrt(v),
       "hardsigmoid": lambda v: np.clip(v / 6 + 0.5, 0, 1),
-      "gelu": lambda v: 0.5 * v * (1 + np.tanh(0.7978845608 * (v + 0.044715 * v ** 3))),
-      "quick_gelu": lambda v: v / (1 + np.exp(-1.702 * v)),
+      # at -inf these take their limit 0 (the compiler's documented choice; x * 0 would be NaN)
+      "gelu": lambda v: np.where(v == -np.inf, 0.0, 0.5 * v * (1 + np.tanh(0.7978845608 * (v + 0.044715 * v ** 3)))),
+      "quick_gelu": lambda v: np.where(v == -np.inf, 0.0, v / (1 + np.exp(-1.702 * v))),
       "elu": lambda v: np.where(v > 0, v, np.expm1(v)), "sign": np.sign,
     }[op](x64)
     if op == "neg" and is_int(str(np.asarray(x).dtype)): return (-np.asarray(x)).astype(out_dtype)
