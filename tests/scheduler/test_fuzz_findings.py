@@ -1,0 +1,86 @@
+"""One test per class of defect that generated programs (scripts/fuzz) found, on both devices, against numpy or
+closed forms."""
+import math
+import numpy as np
+import pytest
+from scheduler import Tensor, dtypes, nn
+
+
+def test_an_element_of_a_padded_view_reads_its_mask(each_device):
+  a, b = Tensor([[1., 2], [3, 4]]), Tensor([[10., 20], [30, 40]])
+  assert Tensor.stack(Tensor([1., 2.]), Tensor([10., 20.]))[0, 0].item() == 1.0
+  assert Tensor.cat(a, b, dim=1)[0, 2].item() == 10.0
+  x = Tensor([1., 2, 3])
+  assert [Tensor.cat(x, x)[i].item() for i in (0, 3, 5)] == [1.0, 1.0, 3.0]
+
+
+def test_integer_division_and_modulo_by_zero_are_zero(each_device):
+  assert (Tensor([7, -7]) % Tensor([0, 0])).tolist() == [0, 0]
+  assert (Tensor([7, -7]) // Tensor([0, 0])).tolist() == [0, 0]
+  zero = Tensor.zeros((2,), dtype=dtypes.int32)
+  assert (zero // zero).tolist() == [0, 0]   # x // x is 1 only where x cannot be 0
+
+
+def test_unary_ops_of_padding_see_the_zero(each_device):
+  with np.errstate(divide="ignore"):
+    np.testing.assert_array_equal(Tensor.eye(2).log().numpy(), np.log(np.eye(2, dtype=np.float32)))
+    np.testing.assert_array_equal(Tensor.ones(1).pad(((0, 2),)).reciprocal().numpy(), [1, np.inf, np.inf])
+
+
+def test_rounding_keeps_special_and_large_values(each_device):
+  v = [math.nan, math.inf, -math.inf, 3e9, -3e9, 2.5, -2.5, 1.5, -0.7]
+  for dt in (dtypes.float32, dtypes.float64):
+    t = Tensor(v, dtype=dt)
+    for name, ref in (("trunc", np.trunc), ("floor", np.floor), ("ceil", np.ceil), ("round", np.round)):
+      np.testing.assert_array_equal(getattr(t, name)().numpy(), ref(np.array(v, dtype=t.numpy().dtype)), err_msg=name)
+
+
+@pytest.mark.parametrize("fn", ["sigmoid", "tanh", "gelu", "quick_gelu", "hardsigmoid", "silu", "softplus"])
+def test_gradients_at_large_inputs_are_finite(each_device, fn):
+  x = Tensor([-400., -300., 300., 400.], requires_grad=True)
+  g = getattr(x, fn)().sum().gradient(x)[0].numpy()
+  assert np.all(np.isfinite(g)), g
+  np.testing.assert_allclose(g[:2], 0, atol=1e-6)
+
+
+def test_gradients_at_zero_and_of_constant_powers(each_device):
+  x = Tensor([0., 4.], requires_grad=True)
+  np.testing.assert_allclose(x.rsqrt().sum().gradient(x)[0].numpy(), [-np.inf, -0.5 * 4 ** -1.5])
+  y = Tensor([1., 2., 3.], requires_grad=True)
+  assert (y ** 0).sum().gradient(y)[0].tolist() == [0, 0, 0]
+  assert (Tensor([math.nan, math.inf]) ** 0).tolist() == [1, 1]
+  z = Tensor([0.], requires_grad=True)
+  assert z.softplus().sum().gradient(z)[0].item() == pytest.approx(0.5)
+  h = Tensor([-3., 3., math.nan])
+  assert h.hardsigmoid().numpy()[:2].tolist() == [0, 1] and math.isnan(h.hardsigmoid().numpy()[2])
+
+
+def test_replicate_pads_any_size_and_negative_pads_cut(each_device):
+  x = Tensor([[1., 2.]])
+  np.testing.assert_array_equal(x.pad(((0, 0), (3, 1)), mode="replicate").numpy(), np.pad([[1., 2.]], ((0, 0), (3, 1)), mode="edge"))
+  y = Tensor.arange(6).reshape(1, 6).float()
+  np.testing.assert_array_equal(y.pad((-1, 2), mode="reflect").numpy(), np.pad(np.arange(1, 6.).reshape(1, 5), ((0, 0), (0, 2)), mode="reflect"))
+
+
+def test_optimizer_state_lives_on_the_parameters_device(each_device):
+  other = "PYTHON" if each_device == "CPU" else "CPU"
+  from scheduler.device import find_c_compiler
+  if other == "CPU" and not find_c_compiler(): pytest.skip("no C compiler")
+  w = Tensor([[1., 2.]], device=other, requires_grad=True)
+  for opt in (nn.optim.SGD([w], lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01), nn.optim.Adam([w], lr=0.1)):
+    with Tensor.train():
+      opt.zero_grad()
+      (w * w).sum().backward()
+      opt.step()
+  assert w.device == other and np.all(np.isfinite(w.numpy()))
+
+
+def test_a_scalar_random_int_times_a_scalar(each_device):
+  Tensor.manual_seed(1)
+  a = Tensor.randint(low=-3, high=9)
+  assert -9 <= (a * Tensor(3, dtype=dtypes.int32)).item() <= 24
+
+
+def test_nan_to_int_cast_of_a_constant_does_not_crash(each_device):
+  t = Tensor.full((), -1, dtype=dtypes.int32).cast(dtypes.float64).sqrt().trunc()
+  assert math.isnan(t.item())
