@@ -559,7 +559,7 @@ def gradient_program(c) -> Program:
   numpy_so_far = b.program.numpy_source()
   b.program.checks.extend(
     Check(f"t{grads.name}[{k}]", f"ref.finite_difference({numpy_so_far!r}, 'n{loss.name}', 'n{i.name}')", "float64",
-          atol=1e-5, rtol=1e-4) for k, i in enumerate(inputs))
+          atol=1e-5, rtol=1e-4, scaled=True) for k, i in enumerate(inputs))
   b.program.ops.add("gradient")
   return b.program
 

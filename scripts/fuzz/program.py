@@ -17,6 +17,7 @@ class Check:
   atol: float = 0.0
   rtol: float = None
   across_devices: bool = False
+  scaled: bool = False          # atol relative to the largest |expected| (finite differences)
 
 
 @dataclass
@@ -39,7 +40,8 @@ class Program:
     """A standalone pytest file: the program on each device, checked against numpy."""
     body = "\n".join(f"  {line}" for line in self.tensor_lines)
     expected = "\n".join(f"  {line}" for line in self.numpy_lines)
-    checks = "\n".join(f"  ref.assert_close({c.tensor}, {c.expected}, {c.dtype!r}, atol={c.atol!r}, rtol={c.rtol!r})"
+    checks = "\n".join(f"  ref.assert_close({c.tensor}, {c.expected}, {c.dtype!r}, atol={c.atol!r}, rtol={c.rtol!r}"
+                       + (", scaled=True)" if c.scaled else ")")
                        for c in self.checks if not c.across_devices)
     return (f'"""A generated program ({self.family}) that the compiler gets wrong."""\n'
             "import numpy as np\nimport pytest\n"

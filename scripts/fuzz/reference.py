@@ -246,10 +246,13 @@ def tolerance(dtype: str) -> tuple[float, float]:
   return {"float16": (2e-2, 2e-2), "float32": (2e-4, 1e-5), "float64": (1e-9, 1e-12)}.get(dtype, (0.0, 0.0))
 
 
-def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float = None, atol: float = None) -> str:
+def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float = None, atol: float = None, scaled: bool = False) -> str:
   """'' when `actual` equals `expected` under the dtype's policy (ints and bools exact, floats close, NaN and
-  infinities equal to themselves); else a one-line description of the first difference."""
+  infinities equal to themselves); else a one-line description of the first difference. With `scaled`, atol is
+  relative to the largest finite |expected| (finite differences lose digits of small entries next to large ones)."""
   actual, expected = np.asarray(actual), np.asarray(expected)
+  if scaled and atol and expected.size and np.isfinite(expected).any():
+    atol = atol * max(1.0, float(np.max(np.abs(expected[np.isfinite(expected)]))))
   if actual.shape != expected.shape: return f"shape {actual.shape} != expected {expected.shape}"
   if str(actual.dtype) != dtype: return f"dtype {actual.dtype} != expected {dtype}"
   if not is_float(dtype):
@@ -331,8 +334,8 @@ def optimizer_steps(kind: str, w: np.ndarray, x: np.ndarray, steps: int, lr: flo
   return w.astype(np.float32)
 
 
-def assert_close(actual, expected, dtype: str, atol: float = 0.0, rtol: float = None) -> None:
+def assert_close(actual, expected, dtype: str, atol: float = 0.0, rtol: float = None, scaled: bool = False) -> None:
   """Raise AssertionError when a Tensor (or array) differs from `expected` under the dtype's policy."""
   actual = actual.numpy() if hasattr(actual, "numpy") else np.asarray(actual)
-  problem = mismatch(actual, np.asarray(expected), dtype, rtol=rtol, atol=atol or None)
+  problem = mismatch(actual, np.asarray(expected), dtype, rtol=rtol, atol=atol or None, scaled=scaled)
   if problem: raise AssertionError(problem)

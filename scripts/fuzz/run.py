@@ -54,7 +54,8 @@ def execute(program: Program, device: str) -> tuple[dict, list[Failure]]:
     try: expected = eval(check.expected, env)
     except Exception as e:
       failures.append(Failure(device, "oracle", _one_line(e))); continue
-    problem = ref.mismatch(values[check.tensor], np.asarray(expected), check.dtype, rtol=check.rtol, atol=check.atol or None)
+    problem = ref.mismatch(values[check.tensor], np.asarray(expected), check.dtype, rtol=check.rtol, atol=check.atol or None,
+                           scaled=check.scaled)
     if problem: failures.append(Failure(device, "mismatch", f"{check.tensor}: {problem}"))
   return env, failures
 
