@@ -70,8 +70,9 @@ class Elementwise:
     return at_or_below.where(0, at_or_above.where(1, z))
 
   def elu(self, alpha=1.0):
-    negative_part = (1 - self.exp()).relu()
-    return self.relu() - alpha * negative_part
+    """x above 0, alpha * (e^x - 1) elsewhere (NaN stays NaN; the exponential only sees the non-positive side)."""
+    positive = self > 0
+    return positive.where(self, alpha * (positive.where(0, self).exp() - 1))
 
   def leakyrelu(self, neg_slope=0.01):
     leak = (-neg_slope * self).relu()

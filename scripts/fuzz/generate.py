@@ -318,6 +318,7 @@ class Builder:
                        f"np.broadcast_to(n{x.name}.reshape({grown!r}), {new!r}).copy()", "expand")
     if kind == "pad" and shape and 0 not in shape:
       pads = tuple((c.integer(-min(1, s - 1), 2), c.integer(-min(1, s - 1), 2)) for s in shape)
+      pads = tuple((b, max(a, 1 - s - b)) for (b, a), s in zip(pads, shape))   # never cut an axis to nothing
       mode = c.choice(["constant", "constant", "reflect", "replicate", "circular"])
       if mode == "reflect" and any(max(b, a) > s - 1 + min(b, 0) + min(a, 0) for (b, a), s in zip(pads, shape)): mode = "constant"
       if mode == "circular" and any(max(b, a) > s + min(b, 0) + min(a, 0) for (b, a), s in zip(pads, shape)): mode = "constant"

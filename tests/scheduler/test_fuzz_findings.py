@@ -84,3 +84,10 @@ def test_a_scalar_random_int_times_a_scalar(each_device):
 def test_nan_to_int_cast_of_a_constant_does_not_crash(each_device):
   t = Tensor.full((), -1, dtype=dtypes.int32).cast(dtypes.float64).sqrt().trunc()
   assert math.isnan(t.item())
+
+
+def test_elu_keeps_nan_and_its_gradient(each_device):
+  x = Tensor([math.nan, -1., 2., -500.], requires_grad=True)
+  out = x.elu().numpy()
+  assert math.isnan(out[0]) and out[1:].tolist() == pytest.approx([math.expm1(-1), 2, -1])
+  np.testing.assert_allclose(x.elu().sum().gradient(x)[0].numpy()[1:], [math.exp(-1), 1, 0], atol=1e-6)
