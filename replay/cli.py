@@ -705,7 +705,7 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
 @cli.command()
 @click.option("--base", required=True, help="The revision to replay the generated programs on.")
 @click.option("--budget", type=click.FloatRange(min=1), default=300.0, show_default=True,
-              help="Seconds to spend: sets how many programs run (about 2.5 s each, capture and replay included).")
+              help="Seconds to spend: sets how many programs run (about 0.5 s each, capture and replay included).")
 @click.option("--count", type=click.IntRange(min=1), default=None, help="Run exactly this many programs (overrides --budget).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the program stream (the same programs at every revision).")
 @click.option("--save", "save_dir", type=click.Path(file_okay=False), default=None,
