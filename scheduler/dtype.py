@@ -158,6 +158,10 @@ def least_upper_dtype(*ds: DType) -> DType:
   return min(shared)
 
 
+# stored mantissa bits of the float dtypes by item size (float16, float32, float64)
+MANTISSA_BITS = {2: 10, 4: 23, 8: 52}
+
+
 def least_upper_float(dt: DType) -> DType: return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
 
 

@@ -166,7 +166,8 @@ def _fold_same_operands(root: UOp) -> Optional[UOp]:
   x, y = root.src
   if x is not y: return None
   if root.op is Ops.IDIV:   # 0 // 0 is 0, so x // x is 1 only where x cannot be 0
-    return x.const_like(1) if (x.op is Ops.CONST and x.arg != 0) or resolve(x.vmin > 0, False) or resolve(x.vmax < 0, False) else None
+    never_zero = (x.op is Ops.CONST and x.arg != 0) or resolve(x.vmin > 0, False) or resolve(x.vmax < 0, False)
+    return x.const_like(1) if never_zero else None
   if root.op is Ops.CMPLT: return _false_like(x)
   if root.op is Ops.CMPNE and dtypes.is_int(x.dtype): return _false_like(x)
   if root.op in GroupOp.Idempotent: return x

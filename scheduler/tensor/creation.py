@@ -13,12 +13,11 @@ from __future__ import annotations
 import hashlib, math
 from typing import Optional
 from scheduler.device import Device
-from scheduler.dtype import dtypes, to_dtype
+from scheduler.dtype import MANTISSA_BITS, dtypes, to_dtype
 from scheduler.helpers import argfix, all_int, ceildiv, prod
 from scheduler.ops import UOp, Ops
 
 _UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
-_MANTISSA_BITS = {2: 10, 4: 23, 8: 52}
 
 
 class Creation:
@@ -131,7 +130,7 @@ class Creation:
     low_counts = cls.arange(half, device=device, dtype=dtypes.uint32, requires_grad=False) + counter
     bits = cls._threefry_random_bits(key, low_counts, low_counts + half)[:words]
     uint = _UINT_OF_SIZE[dtype.itemsize]
-    mantissa = bits.bitcast(uint) >> (8 * dtype.itemsize - _MANTISSA_BITS[dtype.itemsize])
+    mantissa = bits.bitcast(uint) >> (8 * dtype.itemsize - MANTISSA_BITS[dtype.itemsize])
     exponent_of_one = cls.ones_like(mantissa, device=mantissa.device, dtype=dtype).bitcast(uint)
     floats = (mantissa | exponent_of_one).bitcast(dtype)            # in [1, 2)
     out = floats[:count].sub(1).reshape(shape)

@@ -37,10 +37,10 @@ def run_count(seed: int, count: int, devices, capture: bool, out=sys.stdout) -> 
   return failed
 
 
-def run_budget(seconds: float, seed: int, devices, out=sys.stdout) -> tuple[int, dict]:
-  """Hypothesis-driven programs until `seconds` are spent. Each failure of a kind not seen before is shrunk (the
-  shrinking keeps the same kind of failure) and printed as a standalone program. Returns (programs run,
-  {signature: (failure, source)})."""
+def run_budget(seconds: float, seed: int, devices, out=sys.stdout, max_failures: Optional[int] = None) -> tuple[int, dict]:
+  """Hypothesis-driven programs until `seconds` are spent (or `max_failures` kinds of failure are found). Each
+  failure of a kind not seen before is shrunk (the shrinking keeps the same kind of failure) and printed as a
+  standalone program. Returns (programs run, {signature: (failure, source)})."""
   from hypothesis import HealthCheck, given, seed as hypothesis_seed, settings, strategies as st
   from scripts.fuzz import generate
   from scripts.fuzz.choices import HypothesisChoices
@@ -49,7 +49,7 @@ def run_budget(seconds: float, seed: int, devices, out=sys.stdout) -> tuple[int,
   found: dict = {}
   ran = 0
   chunk = 0
-  while time.monotonic() < deadline:
+  while time.monotonic() < deadline and (max_failures is None or len(found) < max_failures):
     state: dict = {"target": None, "last": None}
 
     @settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=False)

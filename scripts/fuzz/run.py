@@ -5,7 +5,7 @@ Sits between `scripts/fuzz/generate.py` (programs) and its users: the default-su
 `python -m scripts.fuzz --capture`). A failure is one line: which device, which check, what differed.
 """
 from __future__ import annotations
-import traceback
+import re, traceback
 from dataclasses import dataclass
 import numpy as np
 from scripts.fuzz import reference as ref
@@ -22,7 +22,6 @@ class Failure:
 
   def signature(self) -> str:
     """What makes two failures the same bug for counting: kind and the message without its numbers."""
-    import re
     return f"{self.kind}: " + re.sub(r"[-+]?\d[\d.e+-]*", "N", self.message.split(";")[0])[:120]
 
   def __str__(self) -> str: return f"[{self.device}] {self.kind}: {self.message}"

@@ -49,7 +49,7 @@ def test_a_planted_wrong_result_is_found_and_shrunk(monkeypatch, capsys):
   real_add = rp._alu[Ops.ADD]
   monkeypatch.setitem(rp._alu, Ops.ADD, lambda a, b: real_add(a, b) + (np.asarray(a).dtype.kind == "f") * 1)
   import scripts.fuzz.__main__ as fz
-  ran, found = fz.run_budget(20, seed=1, devices=("PYTHON",))
+  ran, found = fz.run_budget(60, seed=1, devices=("PYTHON",), max_failures=1)
   assert found, "no failure found"
   source = next(iter(found.values()))[1]
   assert "def test_fuzz_" in source and source.count("\n  t") <= 12, source
