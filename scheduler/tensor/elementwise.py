@@ -7,7 +7,7 @@ counts and numerics, so the compositions below are part of the behaviour.
 """
 from __future__ import annotations
 import functools, math
-from scheduler.dtype import dtypes, least_upper_float, to_dtype
+from scheduler.dtype import MANTISSA_BITS, dtypes, least_upper_float, to_dtype
 from scheduler.ops import UOp, Ops
 from scheduler.tensor.base import TensorBase
 
@@ -47,11 +47,14 @@ class Elementwise:
     return (self < whole).where(whole - 1, whole)
 
   def round(self):
-    """Round half to even."""
-    half = self.trunc() / 2.0
-    even = half.trunc() == half
-    rounded = ((self > 0) == even).where((self - 0.5).ceil(), (self + 0.5).floor())
-    return (self.abs() < 2.0 ** _MANTISSA.get(self.dtype.itemsize, 0)).where(rounded, self) if dtypes.is_float(self.dtype) else self
+    """Round half to even (ints round as floats)."""
+    x = self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
+    def half_to_even(m):
+      whole = _cast_toward_zero(m)
+      odd = (whole / 2.0).ceil() != (whole / 2.0).floor()
+      fraction = m - whole
+      return whole + ((fraction > 0.5) | ((fraction == 0.5) & odd)).cast(m.dtype)
+    return _on_magnitude(x, half_to_even)
 
   def clip(self, min_=None, max_=None):
     if (min_, max_) == (None, None): raise RuntimeError("at least one of 'min_' or 'max_' must not be None")
@@ -70,9 +73,9 @@ class Elementwise:
     return at_or_below.where(0, at_or_above.where(1, z))
 
   def elu(self, alpha=1.0):
-    """x above 0, alpha * (e^x - 1) elsewhere (NaN stays NaN; the exponential only sees the non-positive side)."""
-    positive = self > 0
-    return positive.where(self, alpha * (positive.where(0, self).exp() - 1))
+    """x above 0, alpha * (e^x - 1) elsewhere (NaN stays NaN; `_sides`: the exponential sees only x <= 0)."""
+    positive, _, lower = _sides(self)
+    return positive.where(self, alpha * (lower.exp() - 1))
 
   def leakyrelu(self, neg_slope=0.01):
     leak = (-neg_slope * self).relu()
@@ -81,10 +84,7 @@ class Elementwise:
   def softplus(self, beta=1):
     """log(1 + exp(beta x)) / beta, as z + log(1 + exp(-z)) above 0: no overflow for large z, and a gradient
     that is 0 or 1 at the extremes instead of inf * 0."""
-    z = self * beta
-    positive = z > 0   # each branch sees only its own side's values (the other gets 0), so neither overflows
-    upper = positive.where(z, 0)
-    lower = positive.where(0, z)
+    positive, upper, lower = _sides(self * beta)
     return (1 / beta) * positive.where(upper + (1 + (-upper).exp()).log(), (1 + lower.exp()).log())
 
   # ***** binary *****
@@ -204,27 +204,49 @@ class Elementwise:
 
 def _sign(x):
   magnitude_one = (x < 0).where(x.full_like(-1), x.full_like(1))
-  return x.ne(0).where(magnitude_one, x.full_like(0)) + x * 0   # + x * 0 keeps NaN as NaN
+  # NaN stays NaN (x != x only for NaN; `+ x * 0` would not do it: S13 folds x * 0 to 0)
+  return x.ne(x).where(x, x.ne(0).where(magnitude_one, x.full_like(0)))
 
 
-_MANTISSA = {2: 10, 4: 23, 8: 52}
+def _cast_toward_zero(x):
+  return x.cast(dtypes.int64 if x.dtype.itemsize == 8 else dtypes.int32).cast(x.dtype)
+
+
+def _on_magnitude(x, rounding):
+  """A rounding of a float applied to |x| with the sign put back (so -0.3 rounds to -0.0, as IEEE); zeros, NaN,
+  infinities and floats too large to have a fraction stay as they are (an integer cast would overflow).
+  `rounding` sees only values in [0, 2^mantissa)."""
+  fits = (x.abs() < 2.0 ** MANTISSA_BITS[x.dtype.itemsize]) & (x != 0)
+  magnitude = fits.where(x.abs(), 0)
+  return fits.where(rounding(magnitude) * (x < 0).where(-1.0, 1.0).cast(x.dtype), x)
 
 
 def _trunc(x):
-  """Toward zero through an integer cast where the value fits one; NaN, infinities and floats too large to have a
-  fraction stay as they are (a cast would overflow)."""
-  if not dtypes.is_float(x.dtype): return x
-  whole = x.cast(dtypes.int64 if x.dtype.itemsize == 8 else dtypes.int32).cast(x.dtype)
-  return (x.abs() < 2.0 ** _MANTISSA[x.dtype.itemsize]).where(whole, x)
+  """Toward zero through an integer cast of |x| (see `_on_magnitude`)."""
+  return _on_magnitude(x, _cast_toward_zero) if dtypes.is_float(x.dtype) else x
+
+
+def _sides(x):
+  """(x > 0, x where positive else 0, x where not positive else 0): a function built as a `where` over the two
+  sides feeds each side's formula only its own inputs, so that neither overflows in the value or the gradient
+  (inf * 0 would be NaN even in the branch not taken)."""
+  positive = x > 0
+  return positive, positive.where(x, 0), positive.where(0, x)
 
 
 def _sigmoid(x):
-  """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below, each branch fed only its own side's inputs (0 for the
-  other), so that no exponential overflows in the value or the gradient (0 at +-400, not inf * 0)."""
-  positive = x > 0
-  e = (positive.where(0, x) * LOG2_E).exp2()
-  upper = (1 + (positive.where(x, 0) * -LOG2_E).exp2()).reciprocal()
-  return positive.where(upper, e * (1 + e).reciprocal())
+  """1 / (1 + e^-x) above 0, e^x / (1 + e^x) elsewhere (`_sides`: the gradient at +-400 is 0, not NaN)."""
+  positive, upper, lower = _sides(x)
+  e = (lower * LOG2_E).exp2()
+  return positive.where((1 + (upper * -LOG2_E).exp2()).reciprocal(), e * (1 + e).reciprocal())
+
+
+def _tanh(x):
+  """2 sigmoid(2x) - 1, and near 0 its series x - x^3/3 + 2x^5/15 - 17x^7/315 (the difference of the formula loses
+  all of tanh(1e-30) and the sign of -0.0)."""
+  square = x * x
+  series = x * (1 + square * (-1 / 3 + square * (2 / 15 - square * 17 / 315)))
+  return (x.abs() < 0.05).where(series, 2.0 * (2.0 * x).sigmoid() - 1.0)
 
 
 def _times_gate(x, gate):
@@ -286,7 +308,7 @@ _COMPOSED = {
   "relu": lambda x: (x > 0).where(x, 0),
   "relu6": lambda x: x.relu() - (x - 6).relu(),
   "sigmoid": _sigmoid,
-  "tanh": lambda x: 2.0 * (2.0 * x).sigmoid() - 1.0,
+  "tanh": _tanh,
   "swish": lambda x: x * x.sigmoid(),
   "silu": lambda x: x.swish(),
   "gelu": _gelu,

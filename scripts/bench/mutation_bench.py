@@ -38,7 +38,8 @@ LOWER, CPU, PY, DEV, DT, HELP = ("scheduler/codegen/lowerer.py", "runtimes/cpu.p
 MUTANTS = [
   # the Tensor frontend, autograd, optimizers, layers: above the captured graph
   bug("gelu_constant", EW, "0.044715 * x ** 3", "0.04715 * x ** 3"),
-  bug("tanh_slope", EW, '"tanh": lambda x: 2.0 * (2.0 * x).sigmoid() - 1.0', '"tanh": lambda x: 2.0 * (2.1 * x).sigmoid() - 1.0'),
+  bug("tanh_slope", EW, "(x.abs() < 0.05).where(series, 2.0 * (2.0 * x).sigmoid() - 1.0)",
+      "(x.abs() < 0.05).where(series, 2.0 * (2.1 * x).sigmoid() - 1.0)"),
   bug("relu_leaks", EW, '"relu": lambda x: (x > 0).where(x, 0),', '"relu": lambda x: (x > -0.01).where(x, 0),'),
   bug("mean_count", RED, "return total.div(self._reduced_count(axis)).cast(result_dtype)",
       "return total.div(self._reduced_count(axis) + 1).cast(result_dtype)"),

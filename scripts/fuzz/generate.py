@@ -47,6 +47,9 @@ class Value:
   nan: bool = False           # may hold NaN
   terms: int = 1              # how many input terms a single element sums (scales the float tolerance)
   scale: float = 1.0          # the magnitude whose rounding error this value carries (sin of a large argument: the argument)
+  rtol: float = 0.0           # the coarsest relative precision of any dtype it was computed in (float16, then cast up)
+  zero_constant: bool = False # may derive from a constant 0 (zeros, full(0)): the compiler folds 0 * x to 0 (rule S13)
+  zero_sign: bool = False     # the sign of its zeros is not defined: a sum of -0.0 terms may start from +0.0
 
 
 def _numel(shape: tuple) -> int: return math.prod(shape)
@@ -58,8 +61,8 @@ class Builder:
     self.c, self.program, self.values, self.seed = c, Program(family), [], 0
     self.special_inputs = True   # off where the oracle needs finite inputs (finite differences)
 
-  def new(self, shape, dtype, bound, nan=False, terms=1) -> Value:
-    v = Value(f"{len(self.values)}", tuple(shape), dtype, bound, nan, terms)
+  def new(self, shape, dtype, bound, nan=False, terms=1, scale=1.0) -> Value:
+    v = Value(f"{len(self.values)}", tuple(shape), dtype, bound, nan, terms, scale, ref.tolerance(dtype)[0])
     self.values.append(v)
     self.program.dtypes.add(dtype)
     return v
@@ -68,8 +71,12 @@ class Builder:
     self.program.add(f"t{v.name} = {tensor_expr}", f"n{v.name} = {numpy_expr}")
     self.program.ops.add(op)
     # rounding error carried from the operands (sin of a large argument keeps the argument's scale, see unary)
-    carried = max([self.values[int(n)].scale for n in re.findall(r"\bt(\d+)\b", tensor_expr)], default=1.0)
-    if carried > v.scale: self.values[int(v.name)] = v = replace(v, scale=carried)
+    operands = [self.values[int(n)] for n in re.findall(r"\bt(\d+)\b", tensor_expr)]
+    scale, rtol = max([v.scale] + [o.scale for o in operands]), max([v.rtol] + [o.rtol for o in operands])
+    zero = v.zero_constant or any(o.zero_constant for o in operands)
+    sign = v.zero_sign or any(o.zero_sign for o in operands) or op in ("sum", "mean", "matmul", "conv2d", "avg_pool2d")
+    if (scale, rtol, zero, sign) != (v.scale, v.rtol, v.zero_constant, v.zero_sign):
+      self.values[int(v.name)] = v = replace(v, scale=scale, rtol=rtol, zero_constant=zero, zero_sign=sign)
     return v
 
   # ***** shapes *****
@@ -122,7 +129,8 @@ class Builder:
       shape, dtype = self.shape(), self.dtype()
       value = 0 if what == "zeros" else (c.choice([2.5, -1.0, 7.0]) if ref.is_float(dtype) else c.integer(-3, 3) if dtype != "bool" else True)
       if dtype != "bool" and ref.is_int(dtype) and dtype.startswith("u"): value = abs(value)
-      v = self.new(shape, dtype, float(abs(value)))
+      v = replace(self.new(shape, dtype, float(abs(value))), zero_constant=value == 0)
+      self.values[-1] = v
       call = f"Tensor.zeros({shape!r}, dtype=dtypes.{dtype}, device=DEV)" if what == "zeros" else \
         f"Tensor.full({shape!r}, {value!r}, dtype=dtypes.{dtype}, device=DEV)"
       return self.emit(v, call, f"np.full({shape!r}, {value!r}, dtype={dtype!r})", what)
@@ -153,6 +161,7 @@ class Builder:
     ops = ["neg", "exp", "log", "sqrt", "sin", "cos", "reciprocal", "abs", "sigmoid", "tanh", "square", "floor", "ceil",
            "trunc", "round", "softplus", "silu", "exp2", "log2", "rsqrt", "hardsigmoid", "gelu", "quick_gelu", "elu", "sign"]
     if not x.nan: ops.append("relu")
+    if x.zero_sign: ops = [o for o in ops if o not in ("reciprocal", "rsqrt")]   # 1/+0 and 1/-0 differ
     if ref.is_int(x.dtype) or x.dtype == "bool":
       ops = ["neg", "abs"] if x.dtype not in ("bool",) and not x.dtype.startswith("u") and x.bound is not None and \
         x.bound < ref.int_range(x.dtype)[1] else ["exp", "sqrt", "sin"]
@@ -169,12 +178,11 @@ class Builder:
     domain_safe = op not in ("log", "sqrt", "reciprocal", "log2", "rsqrt")
     nan = x.nan or not domain_safe or (op in ("sin", "cos") and x.bound is None)
     if out == "float16" and bound is not None and bound > 60000: bound = None
-    v = self.new(x.shape, out, bound if not nan else None, nan=nan, terms=x.terms)
+    # sin/cos of a large argument carry the argument's rounding error, exp multiplies it by the result
     carried = max(x.scale, x.bound or 1e3)
-    scale = {"sin": carried, "cos": carried, "exp": carried * (bound or 1e3), "exp2": carried * (bound or 1e3)}.get(op, max(x.scale, bound or 1.0))
-    self.values[-1] = v = replace(v, scale=scale)
-    call = {"square": f"t{x.name}.square()"}.get(op, f"t{x.name}.{op}()")
-    return self.emit(v, call, f"ref.unary({op!r}, n{x.name}, {out!r})", op)
+    scale = {"sin": carried, "cos": carried, "exp": carried * (bound or 1e3), "exp2": carried * (bound or 1e3)}.get(op, bound or 1.0)
+    v = self.new(x.shape, out, bound if not nan else None, nan=nan, terms=x.terms, scale=scale)
+    return self.emit(v, f"t{x.name}.{op}()", f"ref.unary({op!r}, n{x.name}, {out!r})", op)
 
   def partner(self, x: Value, dtype: Optional[str] = None) -> Value:
     """Another operand broadcastable with x: a new input of x's shape (or a suffix of it with some 1s)."""
@@ -205,11 +213,10 @@ class Builder:
     else: ops += ["where", "xor"]
     op = c.choice(ops)
     if op in ("maximum", "minimum") and (x.nan or (y is not None and y.nan)): op = "add"
-    if out_base == "bool" and op in ("add", "sub", "mul"): op = "xor" if op != "mul" else "mul"
-    if op == "sub" and out_base == "bool": op = "xor"
+    if op in ("mul", "div") and x.zero_constant: op = "add"   # a constant 0 times NaN or inf is folded to 0 (S13)
+    if out_base == "bool" and op in ("add", "sub"): op = "xor"   # bool + and - are logic ops (or, xor), not numpy's
     rhs = repr(value) if scalar else f"t{y.name}"
-    nrhs = f"np.array({value!r}, dtype={out_base if not scalar else other_dtype!r})" if scalar else f"n{y.name}"
-    if scalar: nrhs = f"ref.cast(np.array({value!r}), {out_base!r})"
+    nrhs = f"ref.cast(np.array({value!r}), {out_base!r})" if scalar else f"n{y.name}"
     if op in ("lt", "eq", "ne", "gt"):
       sym = {"lt": "<", "eq": "==", "ne": "!=", "gt": ">"}[op]
       v = self.new(self._bshape(x, y), "bool", 1.0)
@@ -295,7 +302,7 @@ class Builder:
     shape = x.shape
     if kind == "reshape":
       new = self._refactor(_numel(shape))
-      return self.emit(replace(self.new(new, x.dtype, x.bound, x.nan, x.terms)), f"t{x.name}.reshape({new!r})",
+      return self.emit(self.new(new, x.dtype, x.bound, x.nan, x.terms), f"t{x.name}.reshape({new!r})",
                        f"n{x.name}.reshape({new!r})", "reshape")
     if kind in ("permute", "transpose") and len(shape) >= 2:
       if kind == "transpose":
@@ -451,7 +458,7 @@ class Builder:
     bound = None if x.bound is None else x.bound * 3 * k
     v = self.new(shape, out, bound, x.nan or bound is None, x.terms * k)
     return self.emit(v, f"(t{x.name} @ t{w.name})",
-                     f"ref.cast(np.matmul(ref.cast(n{x.name}, 'float64'), ref.cast(n{w.name}, 'float64')), {out!r})", "matmul")
+                     f"ref.matmul(n{x.name}, n{w.name}, {out!r})", "matmul")
 
   def conv(self, x: Value) -> Value:
     c = self.c
@@ -485,10 +492,10 @@ class Builder:
                      f"ref.cast(ref.pool2d(n{x.name}, {k}, {stride}, {padding}, {how!r}, {include}), {x.dtype!r})", f"{how}_pool2d")
 
   def check(self, v: Value) -> None:
-    rtol, _ = ref.tolerance(v.dtype)
-    scale = max(1.0, v.bound or 1.0, v.scale)
-    atol = rtol * scale * math.sqrt(v.terms) if ref.is_float(v.dtype) else 0.0
-    self.program.checks.append(Check(f"t{v.name}", f"n{v.name}", v.dtype, atol=atol))
+    if not ref.is_float(v.dtype): return self.program.checks.append(Check(f"t{v.name}", f"n{v.name}", v.dtype))
+    rtol = max(v.rtol, ref.tolerance(v.dtype)[0])
+    atol = rtol * max(1.0, v.bound or 1.0, v.scale) * math.sqrt(v.terms)
+    self.program.checks.append(Check(f"t{v.name}", f"n{v.name}", v.dtype, atol=atol, rtol=rtol))
 
 
 # ***** program families *****
@@ -526,8 +533,9 @@ def gradient_program(c) -> Program:
       v = b.new(x.shape, "float64", 50.0)
       x = b.emit(v, f"t{x.name}.{op}()", f"ref.unary({op!r}, n{x.name}, 'float64')", op)
     elif kind == "binary":
-      y = b.input(x.shape[c.integer(0, len(x.shape)):] if x.shape else (), "float64", kind="positive", requires_grad=c.boolean(0.5))
-      if y.name and "requires_grad" in b.program.tensor_lines[-1]: inputs.append(y)
+      trained = c.boolean(0.5)
+      y = b.input(x.shape[c.integer(0, len(x.shape)):] if x.shape else (), "float64", kind="positive", requires_grad=trained)
+      if trained: inputs.append(y)
       op = c.choice(["add", "sub", "mul", "div"])
       sym = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[op]
       v = b.new(b._bshape(x, y), "float64", 50.0)
@@ -541,16 +549,13 @@ def gradient_program(c) -> Program:
       npfn = {"sum": "ref.sum_", "mean": "ref.mean_", "max": "ref.max_"}[op]
       x = b.emit(v, f"t{x.name}.{op}(axis={axis}, keepdim={kd})", f"{npfn}(n{x.name}, {axis}, {kd}, 'float64')", op)
     elif kind == "matmul" and x.shape:
-      w = b.input((x.shape[-1], c.integer(1, 3)), "float64", kind="normal", requires_grad=c.boolean(0.5))
-      if "requires_grad" in b.program.tensor_lines[-1]: inputs.append(w)
+      trained = c.boolean(0.5)
+      w = b.input((x.shape[-1], c.integer(1, 3)), "float64", kind="normal", requires_grad=trained)
+      if trained: inputs.append(w)
       v = b.new(x.shape[:-1] + (w.shape[-1],), "float64", 50.0)
       x = b.emit(v, f"(t{x.name} @ t{w.name})", f"np.matmul(n{x.name}, n{w.name})", "matmul")
     elif kind == "index" and x.shape: x = b.index(x)
-    elif kind == "movement" and x.shape:
-      before = len(b.values)
-      x = b.movement(x)
-      for extra in b.values[before:]:
-        if extra is not x and "requires_grad" not in b.program.tensor_lines[-1]: pass
+    elif kind == "movement" and x.shape: x = b.movement(x)
   weights = b.input(x.shape, "float64", kind="normal")
   loss = b.new((), "float64", None)
   b.emit(loss, f"(t{x.name} * t{weights.name}).sum()", f"np.sum(n{x.name} * n{weights.name})", "sum")
@@ -631,18 +636,12 @@ def setitem_program(c) -> Program:
     value = c.choice([7, 0, 1]) if c.boolean(0.5) else None
     if value is not None:
       b.program.add(f"t{x.name}[{', '.join(parts)}] = {value}", f"n{x.name}[{', '.join(parts)}] = {value}")
-    else:
-      target = b.new((), dtype, None)
-      b.program.add(f"t{target.name} = t{x.name}[{', '.join(parts)}]", f"n{target.name} = n{x.name}[{', '.join(parts)}]")
-      y = b.input(None, dtype)
-      # a value of the target's shape: the fresh input reshaped when it has the right size, else a constant fill
-      b.program.add(f"t{x.name}[{', '.join(parts)}] = Tensor.full(t{target.name}.shape, 3, dtype=dtypes.{dtype}, device=DEV)",
-                    f"n{x.name}[{', '.join(parts)}] = 3")
-  b.program.ops.add("setitem")
+    else:   # a tensor value of the indexed part's shape
+      index = ", ".join(parts)
+      b.program.add(f"t{x.name}[{index}] = Tensor.full(t{x.name}[{index}].shape, 3, dtype=dtypes.{dtype}, device=DEV)",
+                    f"n{x.name}[{index}] = 3")
   out = b.new(shape, dtype, 9.0)
-  b.emit(out, f"t{x.name} + 0", f"ref.binary('add', n{x.name}, np.zeros((), {dtype!r}), {dtype!r})" if dtype != "bool"
-         else f"n{x.name}", "setitem")
-  if dtype == "bool": b.program.tensor_lines[-1] = f"t{out.name} = t{x.name}.contiguous()"
+  b.emit(out, f"t{x.name}.contiguous()", f"n{x.name}", "setitem")
   b.check(out)
   return b.program
 

@@ -12,6 +12,7 @@ Semantics decided here (and documented in the README's fuzzing section):
   behaviour is comparison-based in the reference and differs from numpy's).
 """
 from __future__ import annotations
+import sys
 import numpy as np
 
 # one step widenings of the promotion lattice (JAX's, as the reference uses)
@@ -203,6 +204,20 @@ def pad_mode(x, pads, mode: str) -> np.ndarray:
   return np.pad(x, [(max(b, 0), max(a, 0)) for b, a in pads], mode={"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode])
 
 
+def matmul(a, b, out_dtype: str) -> np.ndarray:
+  """a @ b as the reference computes it: products in the operands' promoted dtype (a float16 product can
+  overflow), summed in float64, stored as `out_dtype`."""
+  a, b = cast(a, out_dtype), cast(b, out_dtype)
+  a2 = a[None, :] if a.ndim == 1 else a
+  b2 = b[:, None] if b.ndim == 1 else b
+  with np.errstate(all="ignore"):
+    products = a2[..., :, :, None] * b2[..., None, :, :]
+    out = products.astype(np.float64).sum(axis=-2)
+  if a.ndim == 1: out = out[..., 0, :]
+  if b.ndim == 1: out = out[..., 0]
+  return cast(out, out_dtype)
+
+
 def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
   """Cross-correlation of NCHW `x` with OIHW `w`, computed in float64."""
   x, w = np.asarray(x, dtype=np.float64), np.asarray(w, dtype=np.float64)
@@ -293,24 +308,29 @@ def in_range(values: np.ndarray, low: int, high: int) -> np.ndarray:
   return values
 
 
-def finite_difference(numpy_source: str, loss: str, wrt: str, h: float = 1e-6) -> np.ndarray:
-  """d loss / d wrt of a numpy program (float64) by central differences, element by element."""
-  def evaluate(replacement: np.ndarray) -> float:
-    env = {"np": np, "ref": __import__(__name__, fromlist=["x"]), "_override": (wrt, replacement)}
-    lines = numpy_source.split("\n")
-    for line in lines:
-      exec(line, env)
-      if line.startswith(f"{wrt} = "): env[wrt] = replacement.copy()
-    return float(env[loss])
-  env = {"np": np, "ref": __import__(__name__, fromlist=["x"])}
-  exec(numpy_source, env)
-  base = np.array(env[wrt], dtype=np.float64)
-  grad = np.zeros_like(base)
-  for index in np.ndindex(base.shape):
-    up, down = base.copy(), base.copy()
+def central_difference(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
+  """d f / d x of a scalar function of an array, by central differences, element by element."""
+  grad = np.zeros_like(x, dtype=np.float64)
+  for index in np.ndindex(x.shape):
+    up, down = x.astype(np.float64), x.astype(np.float64)
     up[index] += h; down[index] -= h
-    grad[index] = (evaluate(up) - evaluate(down)) / (2 * h)
+    grad[index] = (f(up) - f(down)) / (2 * h)
   return grad
+
+
+def finite_difference(numpy_source: str, loss: str, wrt: str, h: float = 1e-6) -> np.ndarray:
+  """d loss / d wrt of a numpy program (float64): the program is run with `wrt` replaced right after the line
+  that defines it."""
+  this = sys.modules[__name__]
+  def loss_at(value: np.ndarray) -> float:
+    env = {"np": np, "ref": this}
+    for line in numpy_source.split("\n"):
+      exec(line, env)
+      if line.startswith(f"{wrt} = "): env[wrt] = value.copy()
+    return float(env[loss])
+  env = {"np": np, "ref": this}
+  exec(numpy_source, env)
+  return central_difference(loss_at, np.asarray(env[wrt], dtype=np.float64), h)
 
 
 def optimizer_steps(kind: str, w: np.ndarray, x: np.ndarray, steps: int, lr: float, momentum: float = 0.0,

@@ -28,11 +28,13 @@ def test_unary_ops_of_padding_see_the_zero(each_device):
 
 
 def test_rounding_keeps_special_and_large_values(each_device):
-  v = [math.nan, math.inf, -math.inf, 3e9, -3e9, 2.5, -2.5, 1.5, -0.7]
+  v = [math.nan, math.inf, -math.inf, 3e9, -3e9, 2.5, -2.5, 1.5, 3.5, 4.5, -0.7, -0.3, -0.0, 0.5, -0.5, -1e-30]
   for dt in (dtypes.float32, dtypes.float64):
     t = Tensor(v, dtype=dt)
     for name, ref in (("trunc", np.trunc), ("floor", np.floor), ("ceil", np.ceil), ("round", np.round)):
-      np.testing.assert_array_equal(getattr(t, name)().numpy(), ref(np.array(v, dtype=t.numpy().dtype)), err_msg=name)
+      got, expected = getattr(t, name)().numpy(), ref(np.array(v, dtype=t.numpy().dtype))
+      np.testing.assert_array_equal(got, expected, err_msg=name)
+      np.testing.assert_array_equal(np.signbit(got), np.signbit(expected), err_msg=f"{name}: the sign of zero")
 
 
 @pytest.mark.parametrize("fn", ["sigmoid", "tanh", "gelu", "quick_gelu", "hardsigmoid", "silu", "softplus"])
@@ -86,8 +88,20 @@ def test_nan_to_int_cast_of_a_constant_does_not_crash(each_device):
   assert math.isnan(t.item())
 
 
+def test_tanh_is_accurate_near_zero(each_device):
+  v = np.array([-0.0, 1e-30, -1e-20, 1e-3, 0.049, 0.051, 0.7, -3.0], dtype=np.float32)
+  got = Tensor(v).tanh().numpy()
+  np.testing.assert_allclose(got, np.tanh(v), rtol=2e-6)
+  assert np.signbit(got[0])
+
+
 def test_elu_keeps_nan_and_its_gradient(each_device):
   x = Tensor([math.nan, -1., 2., -500.], requires_grad=True)
   out = x.elu().numpy()
   assert math.isnan(out[0]) and out[1:].tolist() == pytest.approx([math.expm1(-1), 2, -1])
   np.testing.assert_allclose(x.elu().sum().gradient(x)[0].numpy()[1:], [math.exp(-1), 1, 0], atol=1e-6)
+
+
+def test_sign_keeps_nan(each_device):
+  out = Tensor([math.nan, -2., 0., 3.]).sign().numpy()
+  assert math.isnan(out[0]) and out[1:].tolist() == [-1, 0, 1]
