@@ -133,6 +133,7 @@ class UOpMetaClass(type):
 
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, _buffer: Optional[Buffer] = None):
     identity = (op, dtype, src, arg, type(arg))
+    if type(arg) is float and arg == 0: identity += (math.copysign(1.0, arg),)   # -0.0 == 0.0, but 1/-0.0 is -inf
     cache = UOpMetaClass.ucache
     existing_ref = cache.get(identity)
     existing = existing_ref() if existing_ref is not None else None

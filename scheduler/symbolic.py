@@ -150,7 +150,7 @@ def _fold_with_constant(root: UOp) -> Optional[UOp]:
     if op is Ops.ADD and value == 0: return x
     if op is Ops.MUL and value == 1: return x
     if op is Ops.MUL and value == 0:
-      if x.op is Ops.CONST and not math.isfinite(x.arg): break   # inf * 0 and nan * 0 stay nan (constant folding)
+      if x.op is Ops.CONST: break   # two constants fold exactly: inf * 0 is nan, 0 * -1 is -0.0
       return x.const_like(0)
     if op in (Ops.AND, Ops.OR) and x.dtype == dtypes.bool:
       keeps_x = bool(value) if op is Ops.AND else not value

@@ -7,7 +7,7 @@ counts and numerics, so the compositions below are part of the behaviour.
 """
 from __future__ import annotations
 import functools, math
-from scheduler.dtype import MANTISSA_BITS, dtypes, least_upper_float, to_dtype
+from scheduler.dtype import MANTISSA_BITS, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from scheduler.ops import UOp, Ops
 from scheduler.tensor.base import TensorBase
 
@@ -133,13 +133,30 @@ class Elementwise:
       if x == 0.5: return self.sqrt()
       if x == -1: return self.reciprocal()
       if isinstance(x, int) and 1 < x <= 4: return functools.reduce(lambda a, b: a * b, [self] * x)
+      if x == -0.5: return self.rsqrt()
+      # at a base of 0 the log/exp path has 0/0 in its gradient: there, take a function with the same value and the
+      # one-sided derivative of x^c (0 for c > 1, +inf for 0 < c < 1 like sqrt, -inf for c < 0 like rsqrt)
+      base = self if self.is_floating_point() else self.float()
+      at_zero = base == 0
+      general, zero = at_zero.where(1, base)._pow_by_logs(x), at_zero.where(base, 1)   # each branch sees safe inputs
+      near_zero = zero.sqrt() if 0 < x < 1 else zero.rsqrt() if x < 0 else base.full_like(0.0)
+      if x < 0 and not (x == int(x) and int(x) % 2):   # (-0.0) ** c is +inf unless c is an odd integer
+        near_zero = near_zero * (zero.reciprocal() < 0).detach().where(-1, 1)
+      return at_zero.where(near_zero, general)
+    return self._pow_by_logs(x, reverse)
+
+  def _pow_by_logs(self, x, reverse=False):
+    """self ** x as exp(x log |self|), negative for a negative base and an odd integer exponent, NaN for a negative
+    finite base and a fractional one (C's pow: (-inf) ** 1.5 is inf)."""
     base, exponent = self._broadcasted(x, reverse=reverse)
     if not base.is_floating_point() and not exponent.is_floating_point(): base = base.float()
     magnitude = base.abs().log().mul(exponent).exp()
-    negative = (base < 0).detach().where(1, 0)
-    sign = 1 + negative * ((exponent * math.pi).cos() - 1)          # (-1)^exponent for integer exponents
-    nan_if_fractional = (negative * (exponent != exponent.trunc())).detach().where(math.nan, 1)
-    return ((base == 0) * (exponent == 0)).detach().where(1, magnitude * sign * nan_if_fractional)
+    negative, integral = (base < 0).detach(), (exponent == exponent.trunc()).detach()
+    odd = integral & ((exponent / 2).trunc() * 2 != exponent).detach()
+    signed = (negative & odd).where(-magnitude, magnitude)
+    undefined = negative & integral.logical_not() & (base != -math.inf).detach()
+    out = ((base == 0) & (exponent == 0)).detach().where(1, signed * undefined.where(math.nan, 1))   # NaN gradient too
+    return out.cast(least_upper_dtype(base.dtype, exponent.dtype))   # the python constants above are float32
 
   def _inverse(self):
     """An order-reversing map: -x for floats, ~x for ints, not x for bools."""

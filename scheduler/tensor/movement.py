@@ -263,9 +263,12 @@ class Movement:
     high = np.minimum(low + 1, n - 1).astype(np.int32)
     shape = [1] * self.ndim
     shape[axis] = out
-    weight = type(self)((source - low).astype(np.float32), device=self.device, requires_grad=False).reshape(shape).cast(self.dtype)
-    below, above = self._take(axis, low), self._take(axis, high)
-    return below + (above - below) * weight
+    # integers blend in float32 and round back (a uint8 weight would be 0, and above - below could wrap)
+    x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.float32)
+    weight = type(self)(source - low, dtype=x.dtype, device=self.device, requires_grad=False).reshape(shape)   # float64 stays exact
+    below, above = x._take(axis, low), x._take(axis, high)
+    blended = below + (above - below) * weight
+    return blended if x is self else blended.round().cast(self.dtype)
 
   def _take(self, axis: int, index: np.ndarray):
     """self at `index` (numpy ints) along `axis`."""

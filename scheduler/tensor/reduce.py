@@ -194,22 +194,25 @@ class Reduce:
     return [p for p in reversed(padding) for _ in range(2)]
 
   def _windows_of(self, kernel_size, stride, dilation, padding, value=0.0, ceil_mode=False, ceil_value=None):
-    """Pooling windows of the last two axes, padded with `value`; with ceil_mode the last, partial window of each axis
-    is kept too (torch's rule: it must start inside the input or its left padding), the overhang filled with
-    `ceil_value` (default `value`)."""
-    kernel = make_tuple(kernel_size, 2)
-    steps, gaps = make_tuple(kernel if stride is None else stride, 2), make_tuple(dilation, 2)
-    pads = self._resolve_pool_pads(padding, len(kernel))
+    """Pooling windows of the last len(kernel_size) axes (two for an int), padded with `value`; with ceil_mode the
+    last, partial window of each axis is kept too (torch's rule: it must start inside the input or its left
+    padding), the overhang filled with `ceil_value` (default `value`)."""
+    dims = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else 2
+    kernel = make_tuple(kernel_size, dims)
+    steps, gaps = make_tuple(kernel if stride is None else stride, dims), make_tuple(dilation, dims)
+    if not len(kernel) == len(steps) == len(gaps):
+      raise ValueError(f"stride {stride} and dilation {dilation} must give one value per kernel axis {kernel}")
+    pads = self._resolve_pool_pads(padding, dims)
     padded = self.pad(pads, value=value)
     if ceil_mode:
-      extra = []
+      extra = []   # flat pads are last axis first: axis a of the window's before-pad is pads[2 * (dims - 1 - a)]
       for axis, (k, step, gap) in enumerate(zip(kernel, steps, gaps)):
-        n, left = self.shape[-2 + axis], pads[2 * (1 - axis)]
-        span, size = gap * (k - 1) + 1, padded.shape[-2 + axis]
+        n, left = self.shape[axis - dims], pads[2 * (dims - 1 - axis)]
+        span, size = gap * (k - 1) + 1, padded.shape[axis - dims]
         out = ceildiv(size - span, step) + 1
         if (out - 1) * step >= n + left: out -= 1
         extra.append(max(0, (out - 1) * step + span - size))
-      padded = padded.pad((0, extra[1], 0, extra[0]), value=value if ceil_value is None else ceil_value)
+      padded = padded.pad([p for e in reversed(extra) for p in (0, e)], value=value if ceil_value is None else ceil_value)
     return padded._pool(kernel, steps, gaps), tuple(range(-len(kernel), 0))
 
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):

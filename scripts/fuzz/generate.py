@@ -26,6 +26,10 @@ FAMILIES = {
                  "(NaN, +-inf, -0.0, huge, tiny; ints with negative operands)",
   "reduction": "sum prod mean max min over any axes, keepdim; argmax",
   "movement": "reshape permute expand pad (constant, reflect, replicate, circular, negative) shrink flip cat stack, chains",
+  "scan": "cumsum, cummax along any axis (also beyond the 256-element block)",
+  "gather/interpolate": "gather with an int index tensor; interpolate nearest, nearest-exact, linear (align_corners)",
+  "power": "x ** c for c in 2, 3, 5, 0.5, 1.5, 2.5, 0, -0.5, -1, -2",
+  "einsum": "contractions, outer products, sums and transposes of one or two operands",
   "indexing": "__getitem__ with ints, slices with steps and negative steps, None, Ellipsis, an int tensor, down to a scalar",
   "matmul": "@ and dot of 1-d, 2-d and batched operands",
   "conv": "conv2d with stride, padding, dilation, groups",
@@ -74,7 +78,8 @@ class Builder:
     operands = [self.values[int(n)] for n in re.findall(r"\bt(\d+)\b", tensor_expr)]
     scale, rtol = max([v.scale] + [o.scale for o in operands]), max([v.rtol] + [o.rtol for o in operands])
     zero = v.zero_constant or any(o.zero_constant for o in operands)
-    sign = v.zero_sign or any(o.zero_sign for o in operands) or op in ("sum", "mean", "matmul", "conv2d", "avg_pool2d")
+    summed = ("sum", "mean", "matmul", "conv2d", "avg_pool2d", "gather", "einsum", "cumsum") # one-hot sums, too
+    sign = v.zero_sign or any(o.zero_sign for o in operands) or op in summed or "Tensor([" in tensor_expr
     if (scale, rtol, zero, sign) != (v.scale, v.rtol, v.zero_constant, v.zero_sign):
       self.values[int(v.name)] = v = replace(v, scale=scale, rtol=rtol, zero_constant=zero, zero_sign=sign)
     return v
@@ -152,7 +157,12 @@ class Builder:
   def step(self, x: Value) -> Value:
     families = [self.unary, self.unary, self.binary, self.binary, self.binary, self.reduce, self.movement, self.movement,
                 self.index, self.cast]
-    if len(x.shape) >= 1 and ref.is_float(x.dtype): families += [self.matmul]
+    if len(x.shape) >= 1 and ref.is_float(x.dtype): families += [self.matmul, self.einsum]
+    if x.shape and 0 not in x.shape: families += [self.gather]
+    # the PYTHON device materializes a scan's whole loop space (numel * 256): 2^21 elements took 24 GB
+    if x.shape and 0 not in x.shape and _numel(x.shape) <= (1 << 16): families += [self.scan]
+    if ref.is_float(x.dtype): families += [self.power]
+    if len(x.shape) >= 3 and 0 not in x.shape and ref.is_float(x.dtype) and x.dtype != "float16": families += [self.interpolate]
     if len(x.shape) == 4 and 0 not in x.shape and ref.is_float(x.dtype) and x.bound is not None: families += [self.conv, self.pool] * 4
     return self.c.choice(families)(x)
 
@@ -179,7 +189,7 @@ class Builder:
     nan = x.nan or not domain_safe or (op in ("sin", "cos") and x.bound is None)
     if out == "float16" and bound is not None and bound > 60000: bound = None
     # sin/cos of a large argument carry the argument's rounding error, exp multiplies it by the result
-    carried = max(x.scale, x.bound or 1e3)
+    carried = max(x.scale, x.bound if x.bound is not None else math.inf)   # sin(1e37) can be anything in [-1, 1]
     scale = {"sin": carried, "cos": carried, "exp": carried * (bound or 1e3), "exp2": carried * (bound or 1e3)}.get(op, bound or 1.0)
     v = self.new(x.shape, out, bound if not nan else None, nan=nan, terms=x.terms, scale=scale)
     return self.emit(v, f"t{x.name}.{op}()", f"ref.unary({op!r}, n{x.name}, {out!r})", op)
@@ -460,6 +470,77 @@ class Builder:
     return self.emit(v, f"(t{x.name} @ t{w.name})",
                      f"ref.matmul(n{x.name}, n{w.name}, {out!r})", "matmul")
 
+  def power(self, x: Value) -> Value:
+    """x ** c for a python constant c (powers of negative bases with fractional c are NaN on both sides)."""
+    exponent = self.c.choice([2, 3, 0.5, -1, -0.5, 1.5, -2, 0, 2.5, 5])
+    bound = None if x.bound is None or exponent < 0 else (max(x.bound, 1.0) ** exponent)
+    if bound is not None and x.dtype == "float16" and bound > 60000: bound = None
+    nan = x.nan or bound is None or exponent != int(exponent)
+    v = self.new(x.shape, x.dtype, None if nan else bound, nan=nan, terms=x.terms)
+    return self.emit(v, f"(t{x.name} ** {exponent!r})", f"ref.power(n{x.name}, {exponent!r}, {x.dtype!r})", "pow")
+
+  def scan(self, x: Value) -> Value:
+    """cumsum or cummax along one axis (long axes cross the compiler's block size of 256)."""
+    c = self.c
+    axis = c.integer(-len(x.shape), len(x.shape) - 1)
+    length = x.shape[axis]
+    sums = ref.is_float(x.dtype) or (x.dtype in ("int32", "int64") and x.bound is not None and x.bound * length < 2 ** 31)
+    op = "cumsum" if sums and (x.nan or c.boolean(0.6)) else "cummax"
+    if op == "cummax" and (x.nan or x.dtype == "bool"): return self.unary(x) if ref.is_float(x.dtype) else self.cast(x)
+    bound = None if x.bound is None else (x.bound * length if op == "cumsum" else x.bound)
+    v = self.new(x.shape, x.dtype, bound, nan=x.nan or (op == "cumsum" and bound is None and ref.is_float(x.dtype)),
+                 terms=x.terms * (length if op == "cumsum" else 1))
+    numpy = f"ref.cast(np.cumsum(ref.cast(n{x.name}, 'float64'), axis={axis}), {x.dtype!r})" if op == "cumsum" and ref.is_float(x.dtype) \
+      else f"np.cumsum(n{x.name}, axis={axis}).astype({x.dtype!r})" if op == "cumsum" else f"np.maximum.accumulate(n{x.name}, axis={axis})"
+    return self.emit(v, f"t{x.name}.{op}({axis})", numpy, op)
+
+  def gather(self, x: Value) -> Value:
+    """x.gather(dim, index) with an int index tensor of x's rank (its extent along dim may differ)."""
+    c = self.c
+    dim = c.integer(0, len(x.shape) - 1)
+    shape = tuple(c.integer(1, 3) if a == dim else c.integer(1, s) for a, s in enumerate(x.shape))
+    picks = ref.data(shape, "int64", seed=0, kind="normal")   # only for its shape: the values are drawn below
+    values = [c.integer(0, x.shape[dim] - 1) for _ in range(picks.size)]
+    index = f"np.array({values!r}, dtype='int32').reshape({shape!r})"
+    v = self.new(shape, x.dtype, x.bound, x.nan, x.terms)
+    return self.emit(v, f"t{x.name}.gather({dim}, Tensor({index}, device=DEV))",
+                     f"ref.gather(n{x.name}, {dim}, {index})", "gather")
+
+  def interpolate(self, x: Value) -> Value:
+    """Resize the last one or two axes (nearest, nearest-exact, linear; align_corners)."""
+    c = self.c
+    count = c.integer(1, min(2, len(x.shape) - 2))
+    size = tuple(c.integer(1, 9) for _ in range(count))
+    mode = c.choice(["nearest", "nearest-exact", "linear"])
+    corners = mode == "linear" and c.boolean(0.3)
+    v = self.new(x.shape[:-count] + size, x.dtype, x.bound, x.nan, x.terms)
+    extra = ", align_corners=True" if corners else ""
+    return self.emit(v, f"t{x.name}.interpolate({size!r}, mode={mode!r}{extra})",
+                     f"ref.interpolate(n{x.name}, {size!r}, {mode!r}, {corners})", "interpolate")
+
+  def einsum(self, x: Value) -> Value:
+    """einsum of x with a new operand: a contraction of x's last axis, an outer product, or a transpose-sum."""
+    c = self.c
+    letters = "abcdefgh"[:len(x.shape)]
+    if not letters: return self.unary(x)
+    kind = c.choice(["contract", "outer", "reduce"])
+    if kind == "reduce":
+      out = "".join(l for l in letters if c.boolean(0.5))[::-1]
+      shape = tuple(x.shape[letters.index(l)] for l in out)
+      v = self.new(shape, x.dtype, None if x.bound is None else x.bound * math.prod(x.shape), x.nan, x.terms * max(1, math.prod(x.shape)))
+      return self.emit(v, f"Tensor.einsum({letters + '->' + out!r}, t{x.name})",
+                       f"ref.cast(np.einsum({letters + '->' + out!r}, ref.cast(n{x.name}, 'float64')), {x.dtype!r})", "einsum")
+    k = x.shape[-1]
+    other = (k, c.integer(1, 4)) if kind == "contract" else (c.integer(1, 4),)
+    y = self.input(other, x.dtype, kind="normal")
+    formula = f"{letters},{letters[-1]}z->{letters[:-1]}z" if kind == "contract" else f"{letters},z->{letters}z"
+    shape = (x.shape[:-1] + other[1:]) if kind == "contract" else x.shape + other
+    bound = None if x.bound is None else x.bound * 3 * (k if kind == "contract" else 1)
+    v = self.new(shape, x.dtype, bound, x.nan or bound is None, x.terms * (k if kind == "contract" else 1))
+    return self.emit(v, f"Tensor.einsum({formula!r}, t{x.name}, t{y.name})",
+                     f"ref.cast(np.einsum({formula!r}, ref.cast(n{x.name}, 'float64'), ref.cast(n{y.name}, 'float64')), {x.dtype!r})",
+                     "einsum")
+
   def conv(self, x: Value) -> Value:
     c = self.c
     n, cin, h, w = x.shape
@@ -526,10 +607,12 @@ def gradient_program(c) -> Program:
   shape = shape if shape and _numel(shape) <= 24 else (3, 2)
   inputs = [b.input(shape, "float64", kind="normal", requires_grad=True)]
   x = inputs[0]
+  grew = False   # one exp or square per program: exp(exp(exp(x))) overflows float64 and its finite differences are NaN
   for _ in range(c.integer(1, 5)):
     kind = c.choice(["unary", "binary", "reduce", "movement", "movement", "index", "matmul"])
     if kind == "unary":
       op = c.choice(_SMOOTH)
+      if op in ("exp", "square"): op, grew = ("sin" if grew else op), True
       v = b.new(x.shape, "float64", 50.0)
       x = b.emit(v, f"t{x.name}.{op}()", f"ref.unary({op!r}, n{x.name}, 'float64')", op)
     elif kind == "binary":

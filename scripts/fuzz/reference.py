@@ -218,6 +218,40 @@ def matmul(a, b, out_dtype: str) -> np.ndarray:
   return cast(out, out_dtype)
 
 
+def gather(x, dim: int, index: np.ndarray) -> np.ndarray:
+  """torch.gather: out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim`, the output of index's shape (on
+  the other axes index may be shorter than x, never broadcast)."""
+  x = np.asarray(x)
+  part = x[tuple(slice(0, n) if a != dim else slice(None) for a, n in enumerate(index.shape))]
+  return np.take_along_axis(part, index.astype(np.int64), axis=dim)
+
+
+def power(x, exponent, out_dtype: str) -> np.ndarray:
+  """x ** c; c = 0.5 and -0.5 are sqrt(x) and 1 / sqrt(x) (the reference specializes them, so (-inf) ** 0.5 is NaN
+  and (-0.0) ** -0.5 is -inf, where C's pow gives inf)."""
+  v = np.asarray(x).astype(np.float64)
+  with np.errstate(all="ignore"):
+    if exponent in (0.5, -0.5): return cast(np.sqrt(v) if exponent > 0 else 1 / np.sqrt(v), out_dtype)
+    return cast(np.power(v, exponent), out_dtype)
+
+
+def interpolate(x, size: tuple, mode: str, align_corners: bool) -> np.ndarray:
+  """torch.nn.functional.interpolate of the last len(size) axes, computed in float64."""
+  out = np.asarray(x).astype(np.float64)
+  for axis, m in zip(range(out.ndim - len(size), out.ndim), size):
+    n = out.shape[axis]
+    i = np.arange(m, dtype=np.float64)
+    if mode == "nearest": out = np.take(out, np.minimum(np.floor(i * n / m), n - 1).astype(int), axis=axis)
+    elif mode == "nearest-exact": out = np.take(out, np.minimum(np.floor((i + 0.5) * n / m), n - 1).astype(int), axis=axis)
+    else:
+      src = (i * (n - 1) / (m - 1) if m > 1 else np.zeros(m)) if align_corners else np.maximum((i + 0.5) * n / m - 0.5, 0)
+      lo = np.minimum(np.floor(src), n - 1).astype(int)
+      hi = np.minimum(lo + 1, n - 1)
+      w = (src - lo).reshape([-1 if a == axis else 1 for a in range(out.ndim)])
+      out = np.take(out, lo, axis=axis) * (1 - w) + np.take(out, hi, axis=axis) * w
+  return cast(out, str(np.asarray(x).dtype))
+
+
 def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
   """Cross-correlation of NCHW `x` with OIHW `w`, computed in float64."""
   x, w = np.asarray(x, dtype=np.float64), np.asarray(w, dtype=np.float64)

@@ -105,3 +105,58 @@ def test_elu_keeps_nan_and_its_gradient(each_device):
 def test_sign_keeps_nan(each_device):
   out = Tensor([math.nan, -2., 0., 3.]).sign().numpy()
   assert math.isnan(out[0]) and out[1:].tolist() == [-1, 0, 1]
+
+
+def _pool3d(x: np.ndarray, k: int, stride: int, pad: int, how: str, include_pad: bool) -> np.ndarray:
+  fill = -np.inf if how == "max" else 0.0
+  xp = np.pad(x, [(0, 0)] * (x.ndim - 3) + [(pad, pad)] * 3, constant_values=fill)
+  ones = np.pad(np.ones(x.shape[-3:]), [(pad, pad)] * 3)
+  outs = [(n + 2 * pad - k) // stride + 1 for n in x.shape[-3:]]
+  out = np.zeros(x.shape[:-3] + tuple(outs))
+  for i, j, l in np.ndindex(*outs):
+    cut = (slice(i * stride, i * stride + k), slice(j * stride, j * stride + k), slice(l * stride, l * stride + k))
+    window = xp[(...,) + cut]
+    if how == "max": out[..., i, j, l] = window.max(axis=(-1, -2, -3))
+    else: out[..., i, j, l] = window.sum(axis=(-1, -2, -3)) / (k ** 3 if include_pad else ones[cut].sum())
+  return out
+
+
+@pytest.mark.parametrize("how,include_pad", [("avg", False), ("avg", True), ("max", True)])
+def test_pooling_over_three_axes(each_device, how, include_pad):
+  x = np.random.default_rng(0).standard_normal((1, 2, 10, 9, 11)).astype(np.float32)
+  t = Tensor(x)
+  got = t.avg_pool2d(kernel_size=(4, 4, 4), stride=3, padding=1, count_include_pad=include_pad) if how == "avg" else \
+    t.max_pool2d(kernel_size=(4, 4, 4), stride=3, padding=1)
+  np.testing.assert_allclose(got.numpy(), _pool3d(x, 4, 3, 1, how, include_pad), rtol=1e-5, atol=1e-6)
+  assert Tensor.ones(1, 1, 16, 16, 16).avg_pool2d(kernel_size=(8, 8, 8), stride=5, padding=1, count_include_pad=False).shape == (1, 1, 3, 3, 3)
+
+
+@pytest.mark.parametrize("exponent", [1.5, 2.5, 0.3, -0.5, -1.5, -2, 5])
+def test_power_gradients_at_zero_are_one_sided_limits(each_device, exponent):
+  x = Tensor([0., 1., -2., 4.], requires_grad=True)
+  y = x ** exponent
+  grad = y.sum().gradient(x)[0].numpy()
+  limit = 0.0 if exponent > 1 else (np.inf if exponent > 0 else -np.inf)
+  assert grad[0] == limit
+  with np.errstate(all="ignore"):
+    v = np.array([0., 1., -2., 4.])
+    np.testing.assert_allclose(y.numpy(), v ** exponent, rtol=1e-5)
+    np.testing.assert_allclose(grad[1:], (exponent * v ** (exponent - 1))[1:], rtol=1e-5)
+
+
+def test_bilinear_interpolation_of_integers_blends(each_device):
+  x = Tensor([[[0, 100, 200]]], dtype=dtypes.uint8)
+  out = x.interpolate((5,), mode="linear")
+  assert out.dtype == dtypes.uint8
+  expected = np.round(Tensor([[[0., 100., 200.]]]).interpolate((5,), mode="linear").numpy()).astype(np.uint8)
+  np.testing.assert_array_equal(out.numpy(), expected)
+  assert out.numpy().tolist() != [[[0, 0, 100, 100, 200]]]
+  down = Tensor([[[200, 0, 7]]], dtype=dtypes.uint8).interpolate((4,), mode="linear")   # above - below < 0 must not wrap
+  np.testing.assert_array_equal(down.numpy(), np.round(Tensor([[[200., 0., 7.]]]).interpolate((4,), mode="linear").numpy()))
+
+
+def test_negative_zero_constants_keep_their_sign(each_device):
+  """-0.0 and 0.0 are different constants (hash-consing compared them equal), and 0 * -1 folds to -0.0."""
+  assert Tensor.zeros((1,)).neg().reciprocal().tolist() == [-math.inf]
+  assert Tensor.full((2,), -0.0).reciprocal().tolist() == [-math.inf, -math.inf]
+  assert Tensor.full((2,), 0.0).reciprocal().tolist() == [math.inf, math.inf]
