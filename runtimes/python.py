@@ -5,7 +5,7 @@ device where no C compiler exists. Integer division, modulo, casts and compariso
 """
 from __future__ import annotations
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 import numpy as np
 from scheduler.dtype import DType, dtypes, to_np_dtype
 from scheduler.device import HostDevice, Buffer
@@ -99,11 +99,22 @@ def concrete(x, var_vals: dict[UOp, int]) -> int:
   return int(sym_infer(x.substitute({k: k.const_like(v) for k, v in var_vals.items()}), {}))
 
 
-def indexed_view(st: ShapeTracker, var_vals: dict[UOp, int]) -> tuple[tuple, np.ndarray, np.ndarray]:
-  """(shape, flat index, valid) arrays for every position of a view."""
-  shape = tuple(concrete(s, var_vals) for s in st.shape)
+def view_positions(st: ShapeTracker, var_vals: dict[UOp, int], window: Optional[tuple] = None) -> tuple[tuple, list]:
+  """(shape, first index per axis) of the positions of a view a kernel visits: all of them, or with `window`
+  (axis, start, stop) only those of that axis, unless the view broadcasts it."""
+  shape = [concrete(s, var_vals) for s in st.shape]
+  starts = [0] * len(shape)
+  if window is not None and window[0] < len(shape) and shape[window[0]] != 1:
+    axis, starts[axis], stop = window
+    shape[axis] = stop - starts[axis]
+  return tuple(shape), starts
+
+
+def indexed_view(st: ShapeTracker, var_vals: dict[UOp, int], window: Optional[tuple] = None) -> tuple[tuple, np.ndarray, np.ndarray]:
+  """(shape, flat index, valid) arrays for every position of a view (of the `window`, see `view_positions`)."""
+  shape, starts = view_positions(st, var_vals, window)
   idx_u, valid_u = st.to_indexed_uops()
-  ranges = {i: np.arange(s).reshape((1,) * i + (s,) + (1,) * (len(shape) - i - 1)) for i, s in enumerate(shape)}
+  ranges = {i: np.arange(b, b + s).reshape((1,) * i + (s,) + (1,) * (len(shape) - i - 1)) for i, (b, s) in enumerate(zip(starts, shape))}
   cache: dict = {}
   idx = np.broadcast_to(np.asarray(eval_index(idx_u, ranges, var_vals, cache), dtype=np.int64), shape)
   valid = np.broadcast_to(np.asarray(eval_index(valid_u, ranges, var_vals, cache), dtype=np.bool_), shape)
@@ -112,32 +123,52 @@ def indexed_view(st: ShapeTracker, var_vals: dict[UOp, int]) -> tuple[tuple, np.
 
 # ***** kernels *****
 
+# a kernel whose loops visit more positions than this runs in slices of one output axis (numpy materializes the
+# whole loop space: a cumsum of 2^21 elements needed 24 GB in one piece)
+SLICE_POSITIONS = 1 << 22
+
+
 def run_ast(ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
   arrays = [b.as_array() for b in bufs]
-  values: dict[UOp, Any] = {}
   with np.errstate(all="ignore"):
-    for u in ast.toposort:
-      values[u] = _eval(u, values, arrays, var_vals)
+    for window in _windows(ast, var_vals):
+      values: dict[UOp, Any] = {}
+      for u in ast.toposort: values[u] = _eval(u, values, arrays, var_vals, window)
 
 
-def _eval(u: UOp, values: dict[UOp, Any], arrays: list[np.ndarray], var_vals: dict[UOp, int]) -> Any:
+def _windows(ast: UOp, var_vals: dict[UOp, int]) -> list:
+  """[None] (the whole loop space at once), or (axis, start, stop) slices of the first axis that no reduce runs over
+  and no view of the kernel broadcasts partially."""
+  shapes = [tuple(concrete(s, var_vals) for s in u.arg.shape) for u in ast.toposort if u.op is Ops.VIEW]
+  if not shapes or len({len(s) for s in shapes}) != 1: return [None]
+  loop = tuple(max(extents) for extents in zip(*shapes))
+  if int(np.prod(loop, dtype=np.int64)) <= SLICE_POSITIONS: return [None]
+  reduced = {a for u in ast.toposort if u.op is Ops.REDUCE_AXIS for a in u.arg[1]}
+  for axis, extent in enumerate(loop):
+    if axis in reduced or extent == 1 or any(s[axis] not in (1, extent) for s in shapes): continue
+    step = max(1, SLICE_POSITIONS * extent // int(np.prod(loop, dtype=np.int64)))
+    return [(axis, start, min(start + step, extent)) for start in range(0, extent, step)]
+  return [None]
+
+
+def _eval(u: UOp, values: dict[UOp, Any], arrays: list[np.ndarray], var_vals: dict[UOp, int], window=None) -> Any:
   op = u.op
   if op in (Ops.SINK, Ops.DEFINE_GLOBAL, Ops.VIEW): return None
   if op is Ops.CONST:
     val = np.array(u.arg, dtype=to_np_dtype(u.dtype))
-    if u.src: return np.broadcast_to(val, tuple(concrete(s, var_vals) for s in u.src[0].arg.shape))
+    if u.src: return np.broadcast_to(val, view_positions(u.src[0].arg, var_vals, window)[0])
     return val
   if op is Ops.DEFINE_VAR: return np.array(_var_by_name(u, var_vals) if u not in var_vals else var_vals[u], dtype=to_np_dtype(u.dtype))
   if op is Ops.VALID:
-    _, _, valid = indexed_view(u.src[0].arg, var_vals)
+    _, _, valid = indexed_view(u.src[0].arg, var_vals, window)
     return valid
   if op is Ops.LOAD:
-    shape, idx, valid = indexed_view(u.src[1].arg, var_vals)
+    shape, idx, valid = indexed_view(u.src[1].arg, var_vals, window)
     data = arrays[u.src[0].arg]
     if data.size == 0: return np.zeros(shape, dtype=to_np_dtype(u.dtype))
     return np.where(valid, data[np.where(valid, idx, 0)], np.zeros((), dtype=data.dtype))
   if op is Ops.STORE:
-    shape, idx, valid = indexed_view(u.src[1].arg, var_vals)
+    shape, idx, valid = indexed_view(u.src[1].arg, var_vals, window)
     val = np.asarray(values[u.src[2]])
     # views of one element may differ in rank within a kernel ((1,) loads into a () store): same element
     if val.ndim > len(shape) and val.size == 1: val = val.reshape(shape)

@@ -320,7 +320,7 @@ _COMPOSED = {
   "tan": lambda x: x.sin() / x.cos(),
   "square": lambda x: x * x,
   "sign": _sign,
-  "abs": lambda x: x * x.sign(),
+  "abs": lambda x: (x == 0).where(0, (x > 0).where(x, -x)),   # abs(-0.0) is +0.0 (x * sign(x) gave -0.0)
   "trunc": _trunc,
   "relu": lambda x: (x > 0).where(x, 0),
   "relu6": lambda x: x.relu() - (x - 6).relu(),

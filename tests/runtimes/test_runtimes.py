@@ -232,3 +232,22 @@ def test_small_kernels_build_unoptimized_and_large_ones_optimized(monkeypatch):
   monkeypatch.setattr(realize, "_program_cache", {})
   assert "optimize" in source(Tensor(data, device="CPU").sum(1))
   np.testing.assert_allclose(Tensor(data, device="CPU").sum(1).numpy(), want)   # the same kernel at -O0
+
+
+def test_python_device_runs_large_kernels_in_slices(monkeypatch):
+  """A kernel that visits more positions than SLICE_POSITIONS runs in slices of an output axis, with the same result
+  (a cumsum of 2^21 elements needed 24 GB in one piece)."""
+  import runtimes.python as rp
+  from scheduler import Tensor
+  monkeypatch.setattr(rp, "SLICE_POSITIONS", 50)
+  rng = np.random.default_rng(1)
+  a, b = rng.standard_normal((9, 7)).astype(np.float32), rng.standard_normal((7, 5)).astype(np.float32)
+  x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+  ta, tb, tx = (Tensor(v, device="PYTHON") for v in (a, b, x))
+  np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(ta.sum(0).numpy(), a.sum(0), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(ta.max(1).numpy(), a.max(1))
+  np.testing.assert_allclose(ta.cumsum(1).numpy(), np.cumsum(a, 1), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(ta.pad(((1, 2), (0, 3)), value=2.0).exp().numpy(), np.exp(np.pad(a, ((1, 2), (0, 3)), constant_values=2.0)), rtol=1e-6)
+  np.testing.assert_allclose(tx.max_pool2d(kernel_size=(2, 2)).numpy(), x.reshape(2, 3, 3, 2, 3, 2).max(axis=(3, 5)))
+  np.testing.assert_allclose(Tensor.arange(200, device="PYTHON").reshape(10, 20).sum(1).numpy(), np.arange(200).reshape(10, 20).sum(1))

@@ -160,3 +160,4 @@ def test_negative_zero_constants_keep_their_sign(each_device):
   assert Tensor.zeros((1,)).neg().reciprocal().tolist() == [-math.inf]
   assert Tensor.full((2,), -0.0).reciprocal().tolist() == [-math.inf, -math.inf]
   assert Tensor.full((2,), 0.0).reciprocal().tolist() == [math.inf, math.inf]
+  assert Tensor([-0.0, 0.0, -2.0]).abs().reciprocal().tolist() == [math.inf, math.inf, 0.5]
