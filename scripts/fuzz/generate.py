@@ -498,6 +498,7 @@ class Builder:
     """x.gather(dim, index) with an int index tensor of x's rank (its extent along dim may differ)."""
     c = self.c
     dim = c.integer(0, len(x.shape) - 1)
+    if x.shape[dim] > 4096: return self.index(x)   # its one-hot mask needs an arange: n^2 positions on the PYTHON device
     shape = tuple(c.integer(1, 3) if a == dim else c.integer(1, s) for a, s in enumerate(x.shape))
     picks = ref.data(shape, "int64", seed=0, kind="normal")   # only for its shape: the values are drawn below
     values = [c.integer(0, x.shape[dim] - 1) for _ in range(picks.size)]
