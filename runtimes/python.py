@@ -110,11 +110,13 @@ def view_positions(st: ShapeTracker, var_vals: dict[UOp, int], window: Optional[
   return tuple(shape), starts
 
 
-def indexed_view(st: ShapeTracker, var_vals: dict[UOp, int], window: Optional[tuple] = None) -> tuple[tuple, np.ndarray, np.ndarray]:
+def indexed_view(st: ShapeTracker, var_vals: dict[UOp, int], window: Optional[tuple] = None
+                 ) -> tuple[tuple, np.ndarray, np.ndarray]:
   """(shape, flat index, valid) arrays for every position of a view (of the `window`, see `view_positions`)."""
   shape, starts = view_positions(st, var_vals, window)
   idx_u, valid_u = st.to_indexed_uops()
-  ranges = {i: np.arange(b, b + s).reshape((1,) * i + (s,) + (1,) * (len(shape) - i - 1)) for i, (b, s) in enumerate(zip(starts, shape))}
+  ranges = {i: np.arange(b, b + s).reshape((1,) * i + (s,) + (1,) * (len(shape) - i - 1))
+            for i, (b, s) in enumerate(zip(starts, shape))}
   cache: dict = {}
   idx = np.broadcast_to(np.asarray(eval_index(idx_u, ranges, var_vals, cache), dtype=np.int64), shape)
   valid = np.broadcast_to(np.asarray(eval_index(valid_u, ranges, var_vals, cache), dtype=np.bool_), shape)

@@ -28,7 +28,8 @@ class Optimizer:
     if not self.params: raise ValueError("optimizer got no parameters that require grad")
     self.buffers: list[Tensor] = dedup(p for p, train in zip(params, trainable) if not train)
     self.device = self.params[0].device   # the state lives where the parameters do
-    if not isinstance(lr, Tensor): lr = Tensor([lr], dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous().realize()
+    if not isinstance(lr, Tensor):
+      lr = Tensor([lr], dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous().realize()
     self.lr = lr
 
   def schedule_step(self) -> list[Tensor]:

@@ -265,7 +265,7 @@ class Movement:
     shape[axis] = out
     # integers blend in float32 and round back (a uint8 weight would be 0, and above - below could wrap)
     x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.float32)
-    weight = type(self)(source - low, dtype=x.dtype, device=self.device, requires_grad=False).reshape(shape)   # float64 stays exact
+    weight = type(self)(source - low, dtype=x.dtype, device=self.device, requires_grad=False).reshape(shape)   # float64 exact
     below, above = x._take(axis, low), x._take(axis, high)
     blended = below + (above - below) * weight
     return blended if x is self else blended.round().cast(self.dtype)

@@ -212,7 +212,8 @@ class Reduce:
         out = ceildiv(size - span, step) + 1
         if (out - 1) * step >= n + left: out -= 1
         extra.append(max(0, (out - 1) * step + span - size))
-      padded = padded.pad([p for e in reversed(extra) for p in (0, e)], value=value if ceil_value is None else ceil_value)
+      overhang = value if ceil_value is None else ceil_value
+      padded = padded.pad([p for e in reversed(extra) for p in (0, e)], value=overhang)
     return padded._pool(kernel, steps, gaps), tuple(range(-len(kernel), 0))
 
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
