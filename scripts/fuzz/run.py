@@ -5,7 +5,7 @@ Sits between `scripts/fuzz/generate.py` (programs) and its users: the default-su
 `python -m scripts.fuzz --capture`). A failure is one line: which device, which check, what differed.
 """
 from __future__ import annotations
-import re, traceback
+import contextlib, re, signal, threading, traceback
 from dataclasses import dataclass
 import numpy as np
 from scripts.fuzz import reference as ref
@@ -17,7 +17,7 @@ DEVICES = ("CPU", "PYTHON")
 @dataclass
 class Failure:
   device: str
-  kind: str          # "raised" (the compiler raised), "mismatch", "devices" (CPU and PYTHON differ), "oracle" (a generator bug)
+  kind: str   # "raised" (the compiler raised), "mismatch", "devices" (CPU and PYTHON differ), "slow", "oracle" (a generator bug)
   message: str
 
   def signature(self) -> str:
@@ -32,12 +32,32 @@ def _namespace(device: str) -> dict:
   return {"Tensor": Tensor, "dtypes": dtypes, "Variable": Variable, "nn": nn, "np": np, "ref": ref, "DEV": device}
 
 
-def execute(program: Program, device: str) -> tuple[dict, list[Failure]]:
-  """Run the program's Tensor code on `device`, then its numpy code; return the namespace and the failures."""
+class ProgramTimeout(BaseException):
+  """Raised into a program that runs too long (a BaseException: the compiler's own `except Exception` must not eat it)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+  if not seconds or threading.current_thread() is not threading.main_thread(): yield; return
+  def expire(*_): raise ProgramTimeout()
+  previous = signal.signal(signal.SIGALRM, expire)
+  signal.setitimer(signal.ITIMER_REAL, seconds)
+  try: yield
+  finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def execute(program: Program, device: str, timeout: float = 0) -> tuple[dict, list[Failure]]:
+  """Run the program's Tensor code on `device`, then its numpy code; return the namespace and the failures. A
+  program still running after `timeout` seconds (0: no limit) is a "slow" failure."""
   env = _namespace(device)
   try:
-    exec(program.tensor_source(), env)
-    values = {c.tensor: np.asarray(eval(c.tensor, env).numpy()) for c in program.checks}
+    with _time_limit(timeout):
+      exec(program.tensor_source(), env)
+      values = {c.tensor: np.asarray(eval(c.tensor, env).numpy()) for c in program.checks}
+  except ProgramTimeout:
+    return env, [Failure(device, "slow", f"the program ran longer than {timeout:g} s")]
   except Exception as e:
     return env, [Failure(device, "raised", _one_line(e))]
   env["_values"] = values
@@ -67,12 +87,15 @@ def _one_line(e: BaseException) -> str:
   return f"{type(e).__name__}: {text}" + (f" ({where})" if where else "")
 
 
-def judge(program: Program, devices=DEVICES) -> list[Failure]:
+PROGRAM_TIMEOUT = 60.0   # seconds per program and device: a generated program takes well under one
+
+
+def judge(program: Program, devices=DEVICES, timeout: float = PROGRAM_TIMEOUT) -> list[Failure]:
   """Every failure of the program on each device, plus differences between the devices where numpy has no
   answer (random numbers)."""
   failures, results = [], {}
   for device in devices:
-    env, found = execute(program, device)
+    env, found = execute(program, device, timeout)
     failures.extend(found)
     if not found: results[device] = env["_values"]
   if len(results) == 2:
