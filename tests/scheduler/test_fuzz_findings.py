@@ -60,8 +60,13 @@ def test_gradients_at_zero_and_of_constant_powers(each_device):
 def test_replicate_pads_any_size_and_negative_pads_cut(each_device):
   x = Tensor([[1., 2.]])
   np.testing.assert_array_equal(x.pad(((0, 0), (3, 1)), mode="replicate").numpy(), np.pad([[1., 2.]], ((0, 0), (3, 1)), mode="edge"))
-  y = Tensor.arange(6).reshape(1, 6).float()
-  np.testing.assert_array_equal(y.pad((-1, 2), mode="reflect").numpy(), np.pad(np.arange(1, 6.).reshape(1, 5), ((0, 0), (0, 2)), mode="reflect"))
+  y, v = Tensor.arange(6).reshape(1, 6).float(), np.arange(6.).reshape(1, 6)
+  for mode, numpy_mode in (("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap")):
+    for before, after in ((-2, 3), (-1, 2), (3, -2), (-1, -1)):   # as the reference: cut first, then pad what is left
+      cut = v[:, max(-before, 0):6 - max(-after, 0)]
+      expected = np.pad(cut, ((0, 0), (max(before, 0), max(after, 0))), mode=numpy_mode)
+      np.testing.assert_array_equal(y.pad((before, after), mode=mode).numpy(), expected, err_msg=f"{mode} {before, after}")
+  with pytest.raises(ValueError, match="too large"): y.pad((-2, 4), mode="reflect")
 
 
 def test_optimizer_state_lives_on_the_parameters_device(each_device):
