@@ -36,7 +36,8 @@ FAMILIES = {
   "pooling": "max_pool2d, avg_pool2d with stride, padding, count_include_pad",
   "cast": "cast between all 12 dtypes, dtype promotion of mixed operands",
   "setitem": "__setitem__ and assign into realized tensors",
-  "gradient": "gradient() of chains of differentiable ops (finite differences, float64); unary derivatives at special values",
+  "gradient": "gradient() of chains of differentiable ops, conv and pooling included (finite differences, float64); "
+              "unary derivatives at special values",
   "optimizer": "SGD (momentum, nesterov, weight decay) and Adam/AdamW steps",
   "symbolic": "Variable-bound shrink and reshape, reductions over a symbolic extent",
 }
@@ -604,14 +605,17 @@ def gradient_program(c) -> Program:
   differences of the numpy program."""
   b = Builder(c, "gradient")
   b.special_inputs = False
-  shape = b.shape(max_rank=3, big=False)
-  shape = shape if shape and _numel(shape) <= 24 else (3, 2)
+  if c.boolean(0.2): shape = (c.integer(1, 2), c.integer(1, 3), c.integer(3, 5), c.integer(3, 5))   # for conv, pooling
+  else:
+    shape = b.shape(max_rank=3, big=False)
+    shape = shape if shape and _numel(shape) <= 24 else (3, 2)
   inputs = [b.input(shape, "float64", kind="normal", requires_grad=True)]
   x = inputs[0]
   grew = False   # one exp or square per program: exp(exp(exp(x))) overflows float64 and its finite differences are NaN
   for _ in range(c.integer(1, 5)):
-    kind = c.choice(["unary", "binary", "reduce", "movement", "movement", "index", "matmul"])
-    if kind == "unary":
+    kind = c.choice(["unary", "binary", "reduce", "movement", "movement", "index", "matmul"] + ["conv", "pool"] * (len(x.shape) == 4))
+    if kind in ("conv", "pool"): x = b.conv(x) if kind == "conv" else b.pool(x)
+    elif kind == "unary":
       op = c.choice(_SMOOTH)
       if op in ("exp", "square"): op, grew = ("sin" if grew else op), True
       v = b.new(x.shape, "float64", 50.0)

@@ -312,6 +312,10 @@ def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float =
     a, e = actual.astype(np.float64), expected.astype(np.float64)
     with np.errstate(all="ignore"):
       close = (a == e) | (np.isnan(a) & np.isnan(e)) | (np.isfinite(e) & (np.abs(a - e) <= atol + rtol * np.abs(e)))
+      # within rtol of the largest finite value, rounding decides between it and infinity
+      largest = float(np.finfo(np.dtype(dtype)).max)
+      lower, upper = np.minimum(np.abs(a), np.abs(e)), np.maximum(np.abs(a), np.abs(e))
+      close |= (np.sign(a) == np.sign(e)) & (lower >= largest / (1 + rtol)) & np.isinf(upper)
     bad = np.argwhere(~close)
   if len(bad) == 0: return ""
   where = tuple(int(i) for i in bad[0])
