@@ -48,14 +48,43 @@ def run_capture(cmd: list[str], echo: bool = True) -> tuple[int, int, dict[str, 
   from replay.capture import run_info
   store = _store(create=True)
   run_id = store.add_run(**run_info(cmd))
-  env = {**os.environ, "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_RUN_ID": str(run_id), "REPLAY_DB": os.path.abspath(store.path)}
-  try: code = subprocess.call(cmd, env=env)
+  try: code = subprocess.call(cmd, env=_capture_env(store, run_id))
   except FileNotFoundError: raise click.UsageError(f"command not found: {cmd[0]}") from None
+  return code, run_id, _finish_capture(store, run_id, code, echo)
+
+
+def _capture_env(store: Store, run_id: int) -> dict[str, str]:
+  return {**os.environ, "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_RUN_ID": str(run_id), "REPLAY_DB": os.path.abspath(store.path)}
+
+
+def _finish_capture(store: Store, run_id: int, code: int, echo: bool) -> dict[str, int]:
   store.finish_run(run_id, code)
   counts = store.capture_counts(run_id)
   if echo:
     click.echo(f"run {run_id}: captured " + (", ".join(f"{counts.get(k, 0)} {k}" for k in rpt.KINDS)) + f" into {store.path}")
-  return code, run_id, counts
+  return counts
+
+
+def run_capture_teed(cmd: list[str], store: Store, run_id: int, tail_lines: int = 12) -> tuple[int, list[str]]:
+  """Run `cmd` capturing into `run_id`, its output (stdout and stderr, merged) passed through to stdout; returns the
+  exit code and what a report says about a failed run: the lines that name a failure, then the last lines."""
+  import collections, re
+  try: proc = subprocess.Popen(cmd, env=_capture_env(store, run_id), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  except FileNotFoundError: raise click.UsageError(f"command not found: {cmd[0]}") from None
+  tail: collections.deque = collections.deque(maxlen=tail_lines)
+  failures: list[str] = []
+  assert proc.stdout is not None
+  for raw in proc.stdout:
+    sys.stdout.buffer.write(raw)
+    sys.stdout.flush()
+    line = raw.decode(errors="replace").rstrip()
+    tail.append(line)
+    if re.search(r"\bFAIL(ED)?\b|Segmentation fault|core dumped", line) and len(failures) < 20: failures.append(line)
+  code = proc.wait()
+  if code == 0: return code, []
+  how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+  return code, [f"the captured command {how}: {' '.join(cmd)}"] + [f"failed: {line.strip()}" for line in failures] + \
+    ["its last lines of output:\n" + "\n".join(tail)]
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -128,7 +157,8 @@ def _tolerances(rtol, atol) -> Optional[dict]:
 def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], base_ref: Optional[str], merge_base: bool, jobs, timeout,
               max_changed, rtol, atol, expect_no_change: bool = False, allow_incompatible: bool = False,
               worker_memory: int = 8192, rerun: bool = False, fail_on_drift: bool = False,
-              max_cost_increase: Optional[float] = None, shard: Optional[str] = None) -> rpt.Summary:
+              max_cost_increase: Optional[float] = None, shard: Optional[str] = None, base_runs: Optional[dict] = None,
+              extra_notes: tuple = ()) -> rpt.Summary:
   from replay.runner import replay_captures, RunOptions
   from replay import revisions
   from replay.capture import git_state
@@ -155,8 +185,9 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   try: result = replay_captures(store, captures, path, {"capture_run_id": capture_run, "head_commit": head, "argv": json.dumps(sys.argv), **fields}, options)
   except ValueError as e: raise click.UsageError(str(e)) from None
   except RuntimeError as e: raise HarnessError(str(e)) from None
-  notes = _check_flag_defaults(store, captures, result, path, options)
-  if rerun and base_ref is not None: notes += _end_to_end(store, captures, result.replay_id, fields["base_commit"], base_ref, path[0], options)
+  notes = list(extra_notes) + _check_flag_defaults(store, captures, result, path, options)
+  if rerun and base_ref is not None:
+    notes += _end_to_end(store, captures, result.replay_id, fields["base_commit"], base_ref, path[0], options, base_runs)
   if notes: store.set_replay_notes(result.replay_id, notes)
   replay_row = store.replay(result.replay_id)
   summary = _with_acceptances(store, rpt.Summary.from_row(replay_row, store.outcomes(result.replay_id), _capture_runs(store, captures)))
@@ -183,15 +214,22 @@ def _check_flag_defaults(store: Store, captures: list[dict], result, path: list[
   return [note]
 
 
-def _end_to_end(store: Store, captures: list[dict], replay_id: int, base_sha: str, base_ref: str, overlay: str, options) -> list[str]:
+def _end_to_end(store: Store, captures: list[dict], replay_id: int, base_sha: str, base_ref: str, overlay: str, options,
+                base_runs: Optional[dict] = None) -> list[str]:
   from replay import outcomes, revisions
   from replay.rerun import end_to_end, RerunError
   run_ids = sorted({c["run_id"] for c in captures})
   try: found = end_to_end(store, run_ids, f"{base_ref} ({base_sha[:10]})", overlay, revisions.sut_packages(), options.tolerances,
-                          pathlib.Path(store.path).resolve().parent / "reruns")
+                          _rerun_logs(store), base_runs=base_runs)
   except RerunError as e: raise UsageMistake(f"--rerun: {e}") from None
   selected = {c["id"] for c in captures}
-  outcomes.merge(store, replay_id, ((cid, c.status, c.diff) for cid, c in found.results.items() if cid in selected))
+  # a capture only the base's run took is reported when the replay selected whole runs, or its kind and location
+  whole = len(captures) == sum(sum(store.capture_counts(r).values()) for r in run_ids)
+  scope = {(c["kind"], c["location"]) for c in captures}
+  def in_scope(cid: int, status: str) -> bool:
+    if status != "removed": return cid in selected
+    return whole or ((theirs := store.capture(cid)) is not None and (theirs["kind"], theirs["location"]) in scope)
+  outcomes.merge(store, replay_id, ((cid, c.status, c.diff) for cid, c in found.results.items() if in_scope(cid, c.status)))
   return found.notes
 
 
@@ -657,38 +695,57 @@ def promised_no_change() -> tuple[bool, str]:
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.option("--base", required=True, help="The revision to compare with (e.g. origin/main).")
 @click.option("--merge-base", is_flag=True, help="Use the merge base of --base and HEAD.")
-@click.option("--expect-no-change", is_flag=True, help="Fail (exit 1) on kernel changes; also set by [no-kernel-change] in the head commit or PR_TITLE.")
-@click.option("--allow-incompatible", is_flag=True, help="Do not fail on replay errors and incompatible captures.")
+@click.option("--expect-no-change", is_flag=True,
+              help="Fail (exit 1) on kernel changes (changed, added or removed captures); also set by [no-kernel-change] in the head "
+                   "commit or PR_TITLE.")
+@click.option("--allow-incompatible", is_flag=True,
+              help="Let through captures the base cannot load or call (incompatible: a new op, a renamed module); replay errors "
+                   "(the compiler crashed or hung on a capture) still fail.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture.")
 @click.option("--junit", type=click.Path(dir_okay=False, writable=True), default=None, help="Write JUnit XML here.")
 @click.option("--html", type=click.Path(dir_okay=False, writable=True), default=None, help="Write the HTML report here.")
-@click.option("--rerun", is_flag=True, help="Also run the command again with the base and compare end to end (see replay diff --rerun).")
+@click.option("--rerun/--no-rerun", default=True, show_default=True,
+              help="Also run the command with the base (alongside the capture) and compare the two runs end to end, which sees "
+                   "changes before the graph (frontend, autograd, optimizers, dtype promotion, flag defaults); --no-rerun "
+                   "replays the captured graphs only.")
 @click.option("--fail-on-drift", is_flag=True, help="Fail (exit 3) when outputs differ bit for bit, even within tolerance.")
 @click.option("--max-cost-increase", type=click.FloatRange(min=0), default=None,
               help="Fail (exit 1) when a changed kernel's static cost grows by more than this percentage.")
 @click.option("--coverage/--no-coverage", default=True, show_default=True,
-              help="Warn when changed lines of the system under test run in no capture's replay (measured with coverage.py).")
+              help="Measure which changed lines of the system under test run in no capture's replay (with coverage.py).")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, junit, html, rerun, fail_on_drift, max_cost_increase, coverage,
          cmd):
-  """Capture (the bundled corpus, or CMD after --), replay on --base, and apply the CI policy: output mismatches fail
-  (3); kernel changes fail (1) only if the change promised none; errors and incompatible captures fail (4)."""
+  """Capture (the bundled corpus, or CMD after --), replay on --base, run the command with --base too and compare end
+  to end, and apply the CI policy: output mismatches fail (3); kernel changes fail (1) only if the change promised
+  none; replay errors, incompatible captures and a failed capture run fail (4)."""
   from replay import revisions
-  try: revisions.resolve(base, merge_base, cwd=str(revisions.repo_root()))
+  from replay.capture import run_info
+  try:
+    root = revisions.repo_root()
+    sha = revisions.resolve(base, merge_base, cwd=str(root))
   except UnknownRevision as e: raise UsageMistake(str(e)) from None
   except RevisionError as e: raise HarnessError(str(e)) from None
   promised, where = promised_no_change()
   if promised and not expect_no_change: click.echo(f"replay gate: {NO_CHANGE_MARKER} found in {where}: kernel changes fail", err=True)
   command = list(cmd) or [sys.executable, "-m", "scripts.workloads"]
   t0 = time.time()
-  code, run_id, counts = run_capture(command)
-  if code != 0: raise HarnessError(f"the captured command failed with exit code {code}: {' '.join(command)}")
-  if not sum(counts.values()): raise HarnessError(f"the captured command captured nothing: {' '.join(command)}")
-  store = _store()
-  summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None,
-                      expect_no_change or promised, allow_incompatible, rerun=rerun, fail_on_drift=fail_on_drift,
-                      max_cost_increase=max_cost_increase)
+  store = _store(create=True)
+  run_id = store.add_run(**run_info(command))
+  code, failure_notes = run_capture_teed(command, store, run_id)
+  counts = _finish_capture(store, run_id, code, True)
+  if not sum(counts.values()):
+    raise HarnessError(f"the captured command captured nothing: {' '.join(command)}" + (f" ({failure_notes[0]})" if failure_notes else ""))
+  # the command runs with the base while the captured graphs replay (never two runs of the command at once: a
+  # program may use fixed paths, as the DISK workloads do)
+  base_run = _start_base_run(store, run_id, base, sha, root) if rerun else None
+  try:
+    summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None,
+                        expect_no_change or promised, allow_incompatible, rerun=rerun, fail_on_drift=fail_on_drift,
+                        max_cost_increase=max_cost_increase, base_runs={run_id: base_run} if base_run else None, extra_notes=failure_notes)
+  finally:
+    if base_run is not None: base_run.kill()
   if coverage:
     try: click.echo("replay gate: " + coverage_of_change(store, store.captures(run_ids=[run_id]), summary.replay["base_commit"], jobs, timeout)[0],
                     err=True)
@@ -700,6 +757,22 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
     with open(step_summary, "a") as f: f.write(rpt.render(summary, "markdown") + "\n")
   click.echo(f"replay gate: {time.time() - t0:.1f}s, exit {exit_code}", err=True)
   sys.exit(exit_code)
+
+
+def _start_base_run(store: Store, run_id: int, base: str, sha: str, root: pathlib.Path):
+  """The command of `run_id` started with the base's system under test (it runs while the captures replay)."""
+  from replay import revisions
+  from replay.capture import flag_defaults_json
+  from replay.rerun import start_again, RerunError
+  try: overlay = revisions.overlay(sha, root)
+  except RevisionError as e: raise HarnessError(str(e)) from None
+  click.echo(f"replay gate: running the command with {base} ({sha[:10]}) while the captures replay...", err=True)
+  try: return start_again(store, store.run(run_id), f"{base} ({sha[:10]})", str(overlay), revisions.sut_packages(), _rerun_logs(store),
+                          flag_names=set(json.loads(flag_defaults_json())))
+  except RerunError as e: raise UsageMistake(f"--rerun: {e}") from None
+
+
+def _rerun_logs(store: Store) -> pathlib.Path: return pathlib.Path(store.path).resolve().parent / "reruns"
 
 
 @cli.command()

@@ -6,15 +6,20 @@ from typing import Iterable
 from db import Store
 
 # how serious a status is: an outcome takes the most serious status any check found
-SEVERITY = {"same": 0, "nondeterministic": 1, "changed": 2, "mismatch": 3, "incompatible": 4, "error": 5}
+SEVERITY = {"same": 0, "nondeterministic": 1, "added": 2, "removed": 2, "changed": 2, "mismatch": 3, "incompatible": 4, "error": 5}
 
 
 def merge(store: Store, replay_id: int, findings: Iterable[tuple[int, str, str]]) -> int:
-  """Merge (capture id, status, detail) findings into the replay's outcomes; returns how many outcomes changed."""
+  """Merge (capture id, status, detail) findings into the replay's outcomes; returns how many outcomes changed. A
+  `removed` finding is about a capture of the base's run, which the replay did not select: it becomes an outcome."""
   by_capture = {o["capture_id"]: o for o in store.outcomes(replay_id)}
-  changed = 0
+  changed, new_rows = 0, []
   for capture_id, status, detail in findings:
     row = by_capture.get(capture_id)
+    if row is None and status == "removed":
+      new_rows.append({"replay_id": replay_id, "capture_id": capture_id, "status": status, "reason": "", "diff": detail,
+                       "metrics": "{}", "seconds": 0.0})
+      continue
     if row is None or status == "same": continue
     worse = SEVERITY.get(status, 5) > SEVERITY.get(row["status"], 5)
     new_status = status if worse else row["status"]
@@ -22,4 +27,5 @@ def merge(store: Store, replay_id: int, findings: Iterable[tuple[int, str, str]]
     store.update_outcome(row["id"], status=new_status, diff=diff)
     row.update(status=new_status, diff=diff)
     changed += 1
-  return changed
+  if new_rows: store.add_outcomes(new_rows)
+  return changed + len(new_rows)

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from xml.etree import ElementTree as ET
 from tabulate import tabulate
 
-STATUSES = ("same", "changed", "mismatch", "error", "incompatible", "nondeterministic")
-_SEVERITY_ORDER = ("mismatch", "error", "incompatible", "changed", "nondeterministic", "same")
+# `added`/`removed`: a capture only one of two end-to-end runs took (replay/alignment.py); a scheduling change, like `changed`
+STATUSES = ("same", "changed", "added", "removed", "mismatch", "error", "incompatible", "nondeterministic")
+CHANGES = ("changed", "added", "removed")
+_SEVERITY_ORDER = ("mismatch", "error", "incompatible", "changed", "added", "removed", "nondeterministic", "same")
 KINDS = ("schedule", "kernel", "exec")
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE, EXIT_MISMATCH, EXIT_HARNESS = 0, 1, 2, 3, 4
 FORMATS = ("text", "markdown", "json", "junit", "html")
@@ -80,7 +82,7 @@ class Summary:
     cap = policy.get("max_changed") if isinstance(policy, dict) else None
     t = self.totals()
     if isinstance(cap, int) and cap > 0 and t["changed"] + t["mismatch"] >= cap: return 0   # --max-changed stopped it
-    return max(0, selected - len(self.outcomes))
+    return max(0, selected - sum(1 for o in self.outcomes if o["status"] != "removed"))   # removed: the base's captures
 
   def mark_accepted(self) -> None:
     """Tag the outcomes a reviewer accepted, so that every format shows it."""
@@ -117,19 +119,22 @@ class Summary:
     n = len(self.outcomes)
     if n == 0: return EXIT_HARNESS, "FAIL: nothing was replayed"
     if t["mismatch"]: return EXIT_MISMATCH, f"FAIL: {t['mismatch']} of {n} captures produce different outputs"
-    if (t["error"] or t["incompatible"]) and not self.allow_incompatible:
-      return EXIT_HARNESS, f"FAIL: {t['error']} replay errors and {t['incompatible']} incompatible captures of {n}"
+    if t["error"] or (t["incompatible"] and not self.allow_incompatible):
+      allowed = " (--allow-incompatible lets incompatible captures through, not errors)" if self.allow_incompatible and t["error"] else ""
+      return EXIT_HARNESS, f"FAIL: {t['error']} replay errors and {t['incompatible']} incompatible captures of {n}{allowed}"
     if self.max_cost_increase is not None and (over := [g for o, g in self.slower() if g > self.max_cost_increase and not self.is_accepted(o)]):
       return EXIT_CHANGED, (f"FAIL: {len(over)} of {n} captures cost more than --max-cost-increase {self.max_cost_increase * 100:g}% allows "
                             f"(up to {_pct(max(over))})")
     if self.fail_on_drift and (d := self.drift()):
       return EXIT_MISMATCH, f"FAIL: {d['captures']} of {n} captures drift within tolerance (at most {d['max_ulp']} ulp), and --fail-on-drift was given"
-    accepted = t["changed"] - (unaccepted := self.unaccepted_changes())
+    changes = sum(t[s] for s in CHANGES)
+    accepted = changes - (unaccepted := self.unaccepted_changes())
     note = f" ({accepted} accepted)" if accepted else ""
+    what = _changes_text(t)
     if unaccepted and self.expect_no_change:
-      return EXIT_CHANGED, f"FAIL: {unaccepted} captures changed kernels{' not accepted' if accepted else ''}, but this change promised no kernel change"
-    if t["changed"]: return EXIT_OK, f"OK: {t['changed']} of {n} captures changed kernels{note}; outputs are the same"
-    extra = f" ({t['error'] + t['incompatible']} errors/incompatible allowed)" if t["error"] or t["incompatible"] else ""
+      return EXIT_CHANGED, f"FAIL: {unaccepted} captures changed kernels{' not accepted' if accepted else ''} ({what}), but this change promised no kernel change"
+    if changes: return EXIT_OK, f"OK: {changes} of {n} captures changed kernels ({what}){note}; outputs are the same"
+    extra = f" ({t['incompatible']} incompatible allowed)" if t["incompatible"] else ""
     return EXIT_OK, f"OK: all {n} captures replay the same{extra}"
 
   def drift(self) -> Optional[dict]:
@@ -181,7 +186,7 @@ class Summary:
     from replay.accept import key
     return key(o) in self.accepted
 
-  def unaccepted_changes(self) -> int: return sum(1 for o in self.outcomes if o["status"] == "changed" and not self.is_accepted(o))
+  def unaccepted_changes(self) -> int: return sum(1 for o in self.outcomes if o["status"] in CHANGES and not self.is_accepted(o))
 
   def shown(self) -> list[dict]:
     """The outcomes the report details: the interesting ones, or those the view's filters select."""
@@ -217,6 +222,10 @@ def _title(s: Summary) -> str:
   which = f"replay {r['id']}" if r.get("id") is not None else "merged replay"
   shard = f" (shard {r['shard']})" if r.get("shard") else ""
   return clean(f"{which}{shard}: captures of run {r.get('capture_run_id')} against {base}")
+
+
+def _changes_text(t: dict[str, int]) -> str:
+  return ", ".join(f"{t[s]} {s}" for s in CHANGES if t[s])
 
 
 def _pct(fraction: float) -> str: return "+inf%" if fraction == float("inf") else f"+{fraction * 100:.0f}%"
@@ -335,16 +344,16 @@ def render_junit(s: Summary) -> str:
     group = [o for o in s.outcomes if o["kind"] == kind]
     kind = clean(kind)
     suite = ET.SubElement(suites, "testsuite", name=f"replay.{kind}", tests=str(len(group)),
-                          failures=str(sum(o["status"] in ("mismatch",) or (o["status"] == "changed" and s.expect_no_change) for o in group)),
+                          failures=str(sum(o["status"] in ("mismatch",) or (o["status"] in CHANGES and s.expect_no_change) for o in group)),
                           errors=str(sum(o["status"] in ("error", "incompatible") for o in group)))
     for o in group:
       case = ET.SubElement(suite, "testcase", classname=f"replay.{kind}", name=clean(f"{o['capture_id']} {o['name']} @ {o['location']}"),
                            time=f"{o.get('seconds') or 0.0:.3f}")
-      if o["status"] == "mismatch" or (o["status"] == "changed" and s.expect_no_change):
+      if o["status"] == "mismatch" or (o["status"] in CHANGES and s.expect_no_change):
         ET.SubElement(case, "failure", message=o["status"]).text = _detail(o)
       elif o["status"] in ("error", "incompatible"):
         ET.SubElement(case, "error", message=o["status"]).text = _detail(o)
-      elif o["status"] == "changed":
+      elif o["status"] in CHANGES:
         ET.SubElement(case, "system-out").text = _detail(o)
   return ET.tostring(suites, encoding="unicode")
 

@@ -14,11 +14,11 @@ results into the replay's outcomes.
 """
 from __future__ import annotations
 import json, os, pathlib, subprocess, sys
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 from db import Store, BlobError
 from replay import buffers, serialize
+from replay.alignment import align
 from replay.compare import Comparison, compare_schedule, compare_kernel, compare_exec, output_names
 
 BOOT_DIR = pathlib.Path(__file__).resolve().parent / "sut_boot"
@@ -66,13 +66,40 @@ def _environment(recorded: dict[str, str], flag_names: set[str]) -> dict[str, st
   return {**env, **recorded}
 
 
-def run_again(store: Store, run: dict, tree: str, sut_root: Optional[str], sut: tuple[str, ...], log_dir: pathlib.Path,
-              timeout: Optional[float] = None) -> Rerun:
-  """Run the command of `run` once more, capturing into a new run of `store`; with `sut_root`, the system under test
-  is imported only from that tree (every Python process the command starts, through sitecustomize)."""
+@dataclass
+class Started:
+  """A rerun whose command is running (`start_again`); `wait()` ends it and records its exit code."""
+  store: Store
+  run_id: int
+  process: subprocess.Popen
+  log: pathlib.Path
+  timeout: Optional[float] = None
+
+  def wait(self) -> Rerun:
+    try: code: Optional[int] = self.process.wait(timeout=self.timeout)
+    except subprocess.TimeoutExpired:
+      self.kill()
+      code = None
+    self.store.finish_run(self.run_id, code if code is not None else -9)
+    return Rerun(self.run_id, code, str(self.log))
+
+  def kill(self) -> None:
+    """Stop the command and every process it started (it runs in a session of its own)."""
+    if self.process.poll() is None:
+      try: os.killpg(self.process.pid, 9)
+      except OSError: pass
+      self.process.wait()
+
+
+def start_again(store: Store, run: dict, tree: str, sut_root: Optional[str], sut: tuple[str, ...], log_dir: pathlib.Path,
+                timeout: Optional[float] = None, flag_names: Optional[set[str]] = None) -> Started:
+  """Start the command of `run` once more, capturing into a new run of `store`; with `sut_root`, the system under test
+  is imported only from that tree (every Python process the command starts, through sitecustomize). `flag_names`
+  (the compiler's flags) default to those the run recorded; a run still being captured has not recorded them yet."""
   from replay.capture import run_info
   argv, cwd, recorded = command_of(run)
-  flag_names = set(json.loads(run.get("flag_defaults") or "{}") or {}) | set(json.loads(run.get("flags") or "{}") or {})
+  if flag_names is None:
+    flag_names = set(json.loads(run.get("flag_defaults") or "{}") or {}) | set(json.loads(run.get("flags") or "{}") or {})
   info = {**run_info(argv), "cwd": cwd, "env": json.dumps(recorded), "rerun_of": run["id"], "tree": tree}
   new_id = store.add_run(**info)
   env = {**_environment(recorded, flag_names), "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_RUN_ID": str(new_id),
@@ -84,26 +111,24 @@ def run_again(store: Store, run: dict, tree: str, sut_root: Optional[str], sut: 
   log_dir.mkdir(parents=True, exist_ok=True)
   log = log_dir / f"run-{new_id}.log"
   with open(log, "wb") as out:
-    try: code: Optional[int] = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                              timeout=timeout, start_new_session=True).returncode
-    except FileNotFoundError: raise RerunError(f"the command of run {run['id']} is not found: {argv[0]}") from None
-    except subprocess.TimeoutExpired: code = None
-  store.finish_run(new_id, code if code is not None else -9)
-  return Rerun(new_id, code, str(log))
+    try: process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    except FileNotFoundError:
+      store.finish_run(new_id, 127)
+      raise RerunError(f"the command of run {run['id']} is not found: {argv[0]}") from None
+  return Started(store, new_id, process, log, timeout)
+
+
+def run_again(store: Store, run: dict, tree: str, sut_root: Optional[str], sut: tuple[str, ...], log_dir: pathlib.Path,
+              timeout: Optional[float] = None) -> Rerun:
+  """Run the command of `run` once more (see `start_again`) and wait for it."""
+  started = start_again(store, run, tree, sut_root, sut, log_dir, timeout)
+  try: return started.wait()
+  except BaseException:
+    started.kill()
+    raise
 
 
 # ***** pairing and comparing two runs *****
-
-def pair_key(captures: list[dict]) -> dict[tuple, dict]:
-  """Captures by (kind, location, position among the captures of that kind and location)."""
-  seen: dict[tuple, int] = defaultdict(int)
-  out = {}
-  for c in sorted(captures, key=lambda c: c["id"]):
-    group = (c["kind"], c["location"])
-    out[(*group, seen[group])] = c
-    seen[group] += 1
-  return out
-
 
 def _payload(store: Store, capture: dict):
   payload = serialize.loads(store.get_blob(capture["output_sha"]))
@@ -113,8 +138,11 @@ def _payload(store: Store, capture: dict):
 
 def compare_captures(store: Store, mine: dict, theirs: dict, tolerances: Optional[dict]) -> Comparison:
   """`mine` (a capture of the original run) against `theirs` (its counterpart in a rerun); `theirs` is the `-` side."""
+  if mine["kind"] == theirs["kind"] and mine["output_sha"] == theirs["output_sha"]: return Comparison("same", "")  # the same bytes
   try: a, b = _payload(store, mine), _payload(store, theirs)
   except (BlobError, serialize.UnsafePickleError, serialize.PayloadFormatError) as e: return Comparison("error", f"cannot load a payload: {e}")
+  except (ImportError, AttributeError) as e:   # the other tree pickled a module or name this tree does not have
+    return Comparison("incompatible", f"cannot load a payload with this revision: {type(e).__name__}: {e}")
   except Exception as e: return Comparison("error", f"cannot load a payload with this revision: {type(e).__name__}: {e}")
   kind = mine["kind"]
   try:
@@ -124,55 +152,83 @@ def compare_captures(store: Store, mine: dict, theirs: dict, tolerances: Optiona
   except Exception as e: return Comparison("error", f"cannot compare: {type(e).__name__}: {e}")
 
 
-def compare_runs(store: Store, original: list[dict], base: list[dict], again: list[dict], tolerances: Optional[dict]) -> tuple[dict[int, Comparison], list[str]]:
-  """Each capture of the original run against its counterpart in the base rerun, unless the same code run again
-  (`again`) already gives something else there: then it is `nondeterministic`."""
-  mine, theirs, repeat = pair_key(original), pair_key(base), pair_key(again)
+def _described(capture: dict) -> str:
+  return f"capture {capture['id']} [{capture['kind']}] {capture['name']}"
+
+
+def compare_runs(store: Store, original: list[dict], base: list[dict], tolerances: Optional[dict]) -> dict[int, Comparison]:
+  """Each capture of the original run against its aligned counterpart in the base's run (replay/alignment.py):
+  by capture id, the comparison of the pairs, `added` for the original's captures without a counterpart and
+  `removed` for the base's (keyed by the base capture's id)."""
   results: dict[int, Comparison] = {}
-  for key, cap in mine.items():
-    other = theirs.get(key)
-    if other is None:
-      results[cap["id"]] = Comparison("changed", f"end to end: no {cap['kind']} capture here in the base run "
-                                      f"(the base's run has {_count(theirs, key)} at this location, this run {_count(mine, key)})")
-      continue
-    found = compare_captures(store, cap, other, tolerances)
-    if found.status == "same": results[cap["id"]] = found; continue
-    twin = repeat.get(key)
-    if twin is None or compare_captures(store, cap, twin, tolerances).status != "same":
-      results[cap["id"]] = Comparison("nondeterministic", "end to end: two runs of the same code already differ here, so the base's "
-                                      "difference is not attributed to the change\n" + found.diff, found.metrics)
-    else: results[cap["id"]] = Comparison(found.status, "end to end (the command run with the base):\n" + found.diff, found.metrics)
-  notes = []
-  only_base = [k for k in theirs if k not in mine]
-  if only_base:
-    where = sorted({f"{k[0]} @ {k[1]}" for k in only_base})
-    notes.append(f"{len(only_base)} captures of the base's run have no counterpart in this run: " + "; ".join(where[:5])
-                 + (f"; and {len(where) - 5} more locations" if len(where) > 5 else ""))
-  return results, notes
+  for mine, theirs in align(original, base):
+    if mine is None:
+      results[theirs["id"]] = Comparison("removed", f"end to end: the base's run took this capture ({_described(theirs)}) and this "
+                                         "run took nothing in its place: a realize, schedule or kernel the change removed")
+    elif theirs is None:
+      results[mine["id"]] = Comparison("added", "end to end: the base's run took no capture in this place: a realize, schedule or "
+                                       "kernel the change added")
+    else:
+      found = compare_captures(store, mine, theirs, tolerances)
+      results[mine["id"]] = found if found.status == "same" else \
+        Comparison(found.status, f"end to end (the command run with the base, its {_described(theirs)}):\n" + found.diff, found.metrics)
+  return results
 
 
-def _count(by_key: dict[tuple, dict], key: tuple) -> int:
-  return sum(1 for k in by_key if k[:2] == key[:2])
+def deterministic_only(store: Store, results: dict[int, Comparison], original: list[dict], again: list[dict],
+                       tolerances: Optional[dict]) -> dict[int, Comparison]:
+  """The differences of `results` that a second run of the same code (`again`) reproduces; any other one is
+  `nondeterministic`: two runs of the current tree already differ there, so it is not attributed to the change."""
+  twins = {mine["id"]: twin for mine, twin in align(original, again) if mine is not None}
+  by_id = {c["id"]: c for c in original}
+  out = dict(results)
+  for cid, found in results.items():
+    if found.status in ("same", "removed") or cid not in by_id: continue
+    twin = twins.get(cid)
+    if found.status == "added": steady = twin is not None
+    else: steady = twin is not None and compare_captures(store, by_id[cid], twin, tolerances).status == "same"
+    if not steady:
+      out[cid] = Comparison("nondeterministic", "end to end: two runs of the same code already differ here, so the base's "
+                            "difference is not attributed to the change\n" + found.diff, found.metrics)
+  return out
+
+
+def _rerun_line(run_id: int, base_label: str, base: Rerun, again: Optional[Rerun]) -> str:
+  line = f"run {run_id} rerun end to end: with {base_label} as run {base.run_id} (exit {base.exit_code})"
+  line += f", with the current tree as run {again.run_id} (exit {again.exit_code})" if again else \
+    "; no capture differs, so the determinism run with the current tree was not needed"
+  if base.exit_code != 0: line += f"; the command failed with the base, see {base.log}"
+  if again is not None and again.exit_code != 0: line += f"; the command failed when run again with the current tree, see {again.log}"
+  return line
+
+
+def _counts(results: dict[int, Comparison]) -> str:
+  added, removed = (sum(1 for c in results.values() if c.status == s) for s in ("added", "removed"))
+  return f"; {added} captures added and {removed} removed by the change" if added or removed else ""
 
 
 def end_to_end(store: Store, run_ids: list[int], base_label: str, base_root: str, sut: tuple[str, ...], tolerances: Optional[dict],
-               log_dir: pathlib.Path, echo=lambda text: print(text, file=sys.stderr)) -> EndToEnd:
-  """Rerun every capture run in `run_ids` with the base and with the current tree, and compare."""
+               log_dir: pathlib.Path, echo=lambda text: print(text, file=sys.stderr), base_runs: Optional[dict[int, Started]] = None) -> EndToEnd:
+  """Rerun every capture run in `run_ids` with the base (unless `base_runs` holds that rerun, started) and compare;
+  only when something differs is the command run once more with the current tree, to tell a change from noise."""
   found = EndToEnd()
   for run_id in run_ids:
     run = store.run(run_id)
     if run is None: continue
-    echo(f"replay: end to end: running the command of run {run_id} with {base_label}...")
-    base = run_again(store, run, base_label, base_root, sut, log_dir)
-    echo("replay: end to end: running it again with the current tree (determinism check)...")
-    again = run_again(store, run, "current", None, sut, log_dir)
-    line = f"run {run_id} rerun end to end: with {base_label} as run {base.run_id} (exit {base.exit_code}), " \
-           f"with the current tree as run {again.run_id} (exit {again.exit_code})"
-    if base.exit_code != 0: line += f"; the command failed with the base, see {base.log}"
-    if again.exit_code != 0: line += f"; the command failed when run again with the current tree, see {again.log}"
-    found.notes.append(line)
-    results, notes = compare_runs(store, store.captures(run_ids=[run_id]), store.captures(run_ids=[base.run_id]),
-                                  store.captures(run_ids=[again.run_id]), tolerances)
+    started = (base_runs or {}).get(run_id)
+    if started is not None:
+      echo(f"replay: end to end: waiting for the command of run {run_id} with {base_label}...")
+      base = started.wait()
+    else:
+      echo(f"replay: end to end: running the command of run {run_id} with {base_label}...")
+      base = run_again(store, run, base_label, base_root, sut, log_dir)
+    original = store.captures(run_ids=[run_id])
+    results = compare_runs(store, original, store.captures(run_ids=[base.run_id]), tolerances)
+    again = None
+    if any(c.status not in ("same", "removed") for c in results.values()):
+      echo("replay: end to end: captures differ; running the command again with the current tree (determinism check)...")
+      again = run_again(store, run, "current", None, sut, log_dir)
+      results = deterministic_only(store, results, original, store.captures(run_ids=[again.run_id]), tolerances)
+    found.notes.append(_rerun_line(run_id, base_label, base, again) + _counts(results))
     found.results.update(results)
-    found.notes.extend(notes)
   return found

@@ -22,7 +22,7 @@ def test_a_frontend_bug_is_invisible_to_replay_and_a_mismatch_end_to_end(repo, t
   assert proc.returncode == 3, proc.stdout + proc.stderr
   st = statuses(proc.stdout)
   assert st["exec"]["mismatch"] >= 1 and st["schedule"]["changed"] >= 1, proc.stdout
-  assert "end to end (the command run with the base)" in proc.stdout and "elements differ" in proc.stdout
+  assert "end to end (the command run with the base" in proc.stdout and "elements differ" in proc.stdout
   assert "rerun end to end" in proc.stdout and "nondeterministic" in proc.stdout
   s = Store(str(db))
   runs = list(s.db.query("SELECT id, rerun_of, tree, exit_code FROM runs ORDER BY id"))
@@ -74,3 +74,28 @@ def test_a_changed_flag_default_is_reported_and_replayed_with_the_base_default(r
   assert st["schedule"]["changed"] >= 1 and "with the base's flag defaults (SPLIT_REDUCEOP=1)" in proc.stdout, proc.stdout
   for fmt, text in (("markdown", "SPLIT_REDUCEOP"), ("html", "SPLIT_REDUCEOP"), ("junit", "SPLIT_REDUCEOP")):
     assert text in cli("report", "--format", fmt, db=db, cwd=repo).stdout
+
+
+# an optimizer that realizes the gradients before its update: one more realize (a schedule, its kernels) per step
+REALIZE_GRADS = ("scheduler/nn/optim.py", "    return [*self._update(grads), *self.params, *self.buffers]",
+                 "    Tensor.realize(*grads)\n    return [*self._update(grads), *self.params, *self.buffers]")
+
+
+def test_a_change_that_adds_a_realize_is_a_scheduling_change_not_a_mismatch(repo, tmp_path):
+  commit_on_a(repo, "realize-grads", lambda r: edit(r, *REALIZE_GRADS))
+  db = tmp_path / "r.db"
+  capture_workloads(db, "mlp_sgd", cwd=repo)
+  proc = cli("diff", "--base", "main", "--rerun", db=db, cwd=repo)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  st = statuses(proc.stdout)
+  assert sum(row["mismatch"] + row["error"] for row in st.values()) == 0, proc.stdout
+  # each of the 5 steps (on the 6 configurations of the workload) realizes the 4 gradients once more
+  assert st["exec"]["added"] == 30 and st["schedule"]["added"] == 30, proc.stdout
+  assert "captures added and" in proc.stdout and "added" in proc.stdout.splitlines()[-1], proc.stdout
+  added = cli("report", "--status", "added", "--kind", "exec", db=db, cwd=repo).stdout
+  assert "[exec] added" in added and "realize float[32, 16] float[32] float[4, 32] float[4]" in added, added
+  assert "a realize, schedule or kernel the change added" in added
+  # the realize that follows pairs with its true counterpart: the step's update is the same, its schedule smaller
+  assert st["exec"]["same"] == st["exec"]["total"] - 30
+  promised = cli("diff", "--base", "main", "--rerun", "--expect-no-change", db=db, cwd=repo)
+  assert promised.returncode == 1 and "promised no kernel change" in promised.stdout, promised.stdout

@@ -5,6 +5,7 @@ import json, re, sys
 import pytest
 from tests.replay.conftest import cli, capture_workloads, git, edit, commit_on_a, rename_view_module, NO_REALIZE_EXPAND
 from scheduler.device import find_c_compiler
+from replay.report import STATUSES
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")]
 WORKLOADS = ["ref_expand_of_expr", "ref_add_const", "ref_matmul_bias_relu"]
@@ -21,11 +22,12 @@ def plant_at_constants(root, plants: dict) -> None:
 
 
 def statuses(stdout: str) -> dict:
+  """The table of a text report: kind -> {total, status -> count}."""
   rows = {}
   for line in stdout.splitlines():
     parts = line.split()
-    if parts and parts[0] in ("schedule", "kernel", "exec") and len(parts) == 8: rows[parts[0]] = dict(zip(
-      ("total", "same", "changed", "mismatch", "error", "incompatible", "nondeterministic"), map(int, parts[1:])))
+    if parts and parts[0] in ("schedule", "kernel", "exec") and len(parts) == 2 + len(STATUSES):
+      rows[parts[0]] = dict(zip(("total", *STATUSES), map(int, parts[1:])))
   return rows
 
 
