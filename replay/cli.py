@@ -189,6 +189,8 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   if rerun and base_ref is not None:
     notes += _end_to_end(store, captures, result.replay_id, fields["base_commit"], base_ref, path[0], options, base_runs)
   if notes: store.set_replay_notes(result.replay_id, notes)
+  from replay.attribution import name_changed_kernels
+  name_changed_kernels(store, result.replay_id)
   replay_row = store.replay(result.replay_id)
   summary = _with_acceptances(store, rpt.Summary.from_row(replay_row, store.outcomes(result.replay_id), _capture_runs(store, captures)))
   if result.stopped_early: click.echo(f"replay: stopped early after --max-changed {max_changed}", err=True)

@@ -48,6 +48,8 @@ def test_output_mismatch_fails_with_3(repo, tmp_path):
               '  if op is Ops.MUL and dtypes.is_float(dtype): return f"({ct})({s[0]}*{s[1]}*1.001f)"\n  if op is Ops.CAST: return f"({ct})({s[0]})"'))
   proc = gate(repo, tmp_path, "--allow-incompatible")
   assert proc.returncode == 3, proc.stdout + proc.stderr
+  # the mismatching realize names the kernel whose source changed, with its diff
+  assert "first changed kernel of this realize: capture" in proc.stdout and "*1.001f" in proc.stdout, proc.stdout
 
 
 @pytest.mark.slow

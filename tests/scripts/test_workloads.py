@@ -174,3 +174,44 @@ def test_jobs_run_workloads_in_processes_that_capture_into_one_run(tmp_path):
   caps = Store(str(db)).captures()
   assert len({c["run_id"] for c in caps}) == 1
   assert {c["location"].split(" @ ")[0] for c in caps} >= {"workload:ref_add_const", "workload:ref_sum_all[PYTHON]", "workload:ref_matmul[SPLIT_REDUCEOP=0]"}
+
+
+def _conv2d_same(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+  padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))   # (n, cin, h, w, 3, 3)
+  return np.einsum("nchwij,ocij->nohw", windows, w.astype(np.float64)) + b[None, :, None, None]
+
+
+def test_large_layers_match_numpy():
+  out = WORKLOADS["large_layers"]()["outputs"]
+  rng = np.random.default_rng(21)
+  def t(*shape): return rng.standard_normal(shape).astype(np.float32).astype(np.float64)
+  want = [np.maximum(t(m, k) @ (t(k, n).astype(np.float32) * np.float32(k ** -0.5)) + t(n), 0) for m, k, n in ((128, 256, 96), (100, 300, 52), (37, 1000, 41))]
+  x, w, b = t(2, 16, 34, 34), t(32, 16, 3, 3), t(32)
+  want.append(_conv2d_same(x, w.astype(np.float32) * np.float32(0.1), b))
+  logits = t(64, 2048)
+  e = np.exp(logits - logits.max(axis=1, keepdims=True))
+  want += [e / e.sum(axis=1, keepdims=True), t(1 << 17).mean()]
+  assert len(out) == len(want)
+  for got, expected in zip(out, want): np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_mixed_dtypes_follow_the_promotion_rules_and_match_numpy():
+  out = WORKLOADS["mixed_dtypes"]()["outputs"]
+  rng = np.random.default_rng(22)
+  image = rng.integers(0, 256, (3, 32, 32), dtype=np.uint8)
+  mean, std = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None], np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
+  weights, activations = rng.integers(-128, 128, (64, 48), dtype=np.int8), rng.integers(0, 256, (48, 16), dtype=np.uint8)
+  x = rng.standard_normal((32, 64)).astype(np.float16)
+  w = rng.standard_normal((64, 24)).astype(np.float16) * np.float16(0.1)
+  bias = rng.standard_normal(24).astype(np.float32)
+  counts = rng.integers(-5, 5, (32, 24), dtype=np.int32)
+  offsets = rng.integers(0, 4, 32, dtype=np.int64)
+  half_layer = np.maximum(x.astype(np.float32) @ w.astype(np.float32) + bias, 0)
+  want = [(image / np.float32(255) - mean) / std, weights.astype(np.int32) @ activations.astype(np.int32),
+          (weights[:16, :16] * np.int8(3)).astype(np.int16) + activations[:16, :16], half_layer,   # int8 * 3 wraps in int8
+          np.where(counts > 0, half_layer, 0) * counts + (counts < 0) * 0.5, (x.astype(np.float32) * 3).sum(axis=1) + offsets]
+  assert [o.dtype for o in out] == [np.float32, np.int32, np.int16, np.float32, np.float32, np.float16]
+  for got, expected in zip(out, want):
+    tol = 2e-2 if got.dtype == np.float16 or got is out[3] or got is out[4] else 1e-5
+    np.testing.assert_allclose(got.astype(np.float64), np.asarray(expected, np.float64), rtol=tol, atol=tol)
