@@ -24,20 +24,39 @@ class Step:
   sha: str
   differs: bool
   summary: str
+  skipped: bool = False   # the commit could not be probed (nothing it replays is loadable): `git bisect skip`
 
 
-def first_change(commits: list[str], probe: Callable[[str], tuple[Signature, str]], good: Signature,
-                 on_step: Callable[[Step], None] = lambda step: None) -> tuple[int, list[Step]]:
-  """The index in `commits` (oldest first, good excluded, bad last) of the first commit whose signature differs from
-  `good`, assuming that once it differs it stays different (the usual bisect assumption); len(commits) if none does."""
+@dataclass
+class Found:
+  """Where the outcome first changes: `commits[first]` (len(commits) when no commit changes it); with skipped commits
+  just before it, the change may be in any of `ambiguous` (those skipped commits, then `commits[first]`)."""
+  first: int
+  steps: list[Step]
+  ambiguous: list[str]
+
+  @property
+  def skipped(self) -> list[str]: return [s.sha for s in self.steps if s.skipped]
+
+
+def first_change(commits: list[str], probe: Callable[[str], tuple[Signature, str, bool]], good: Signature,
+                 on_step: Callable[[Step], None] = lambda step: None) -> Found:
+  """The first commit in `commits` (oldest first, good excluded, bad last) whose signature differs from `good`,
+  assuming that once it differs it stays different (the usual bisect assumption). `probe` returns (signature,
+  summary, probed); a commit that cannot be probed is skipped and the search goes on with its neighbours."""
   steps: list[Step] = []
+  skipped: set[int] = set()
   lo, hi = 0, len(commits)   # the answer lies in [lo, hi]
   while lo < hi:
-    mid = (lo + hi) // 2
-    sig, summary = probe(commits[mid])
-    step = Step(commits[mid], sig != good, summary)
+    candidates = [i for i in range(lo, hi) if i not in skipped]
+    if not candidates: break
+    mid = candidates[len(candidates) // 2]
+    sig, summary, probed = probe(commits[mid])
+    step = Step(commits[mid], probed and sig != good, summary, skipped=not probed)
     steps.append(step)
     on_step(step)
-    if step.differs: hi = mid
+    if step.skipped: skipped.add(mid)
+    elif step.differs: hi = mid
     else: lo = mid + 1
-  return lo, steps
+  ambiguous = [commits[i] for i in range(lo, hi)] + ([commits[hi]] if hi < len(commits) else []) if lo < hi else []
+  return Found(hi if lo < hi else lo, steps, ambiguous)

@@ -659,24 +659,49 @@ def bisect(good, bad, runs, kinds, names, location, ids, jobs, timeout):
 
   def probe(sha: str):
     try: path = [str(revisions.overlay(sha, root))]
-    except RevisionError as e: raise HarnessError(str(e)) from None
+    except RevisionError as e: return (), f"cannot check it out ({e}); skipped", False
     outcomes = replay_captures(store, caps, path, {}, options, keep=False).outcomes
     counts = {st: sum(o["status"] == st for o in outcomes) for st in rpt.STATUSES}
-    return signature(outcomes), ", ".join(f"{n} {st}" for st, n in counts.items() if n)
+    summary = ", ".join(f"{n} {st}" for st, n in counts.items() if n)
+    # a commit where nothing replays at all (it does not import, say) tells nothing about the change: skip it
+    if outcomes and counts["error"] + counts["incompatible"] == len(outcomes) and sha != good_sha:
+      return (), f"{summary}: nothing replays at this commit; skipped", False
+    return signature(outcomes), summary, True
 
   def subject(sha: str) -> str: return revisions.git("log", "-1", "--format=%h %s", sha, cwd=str(root))
   click.echo(f"bisect: {len(caps)} captures, {len(commits)} commits after {good} up to {bad} (about {max(1, len(commits).bit_length())} steps)")
-  good_sig, good_summary = probe(good_sha)
+  good_sig, good_summary, _ = probe(good_sha)
   click.echo(f"  good {subject(good_sha)}: {good_summary}")
-  found, _ = first_change(commits, probe, good_sig,
-                          lambda st: click.echo(f"  {'differs' if st.differs else 'as good'} {subject(st.sha)}: {st.summary}"))
-  if found == len(commits):
-    click.echo(f"no commit up to {bad} changes the outcome of these captures")
+  found = first_change(commits, probe, good_sig, lambda st: click.echo(
+    f"  {'skipped' if st.skipped else 'differs' if st.differs else 'as good'} {subject(st.sha)}: {st.summary}"))
+  skipped = f"\nskipped (could not be probed): {', '.join(subject(sha) for sha in found.skipped)}" if found.skipped else ""
+  if found.ambiguous:
+    click.echo(f"\nthe first change is in one of these commits (the ones before the last could not be probed):{skipped}")
+    for sha in found.ambiguous: click.echo(f"  {subject(sha)} ({sha})")
     sys.exit(0)
-  sha = commits[found]
-  click.echo(f"\nfirst commit that changes the outcome: {subject(sha)} ({sha})")
-  finish(store, do_replay(store, caps, cap_run, sha, False, jobs, timeout, None, None, None), "text", None)
+  if found.first == len(commits):
+    click.echo(f"no commit up to {bad} changes the outcome of these captures{skipped}")
+    sys.exit(0)
+  sha = commits[found.first]
+  click.echo(f"\nthe captures replayed against the culprit {subject(sha)}:")
+  summary = do_replay(store, caps, cap_run, sha, False, jobs, timeout, None, None, None)
+  code, verdict = summary.verdict()
+  store.finish_replay(summary.replay["id"], verdict, code)
+  echo_report(rpt.render(summary, "text"), "text")
+  click.echo(f"\nfirst commit that changes the outcome: {subject(sha)} ({sha}){skipped}")
+  click.echo("its change against its parent:\n" + _commit_change(root, sha))
   sys.exit(0)
+
+
+def _commit_change(root: pathlib.Path, sha: str, max_lines: int = 120) -> str:
+  """`git show --stat` of a commit, then its diff in the system under test (cut after `max_lines` lines)."""
+  from replay import revisions
+  try:
+    stat = revisions.git("show", "--stat", "--format=%H%n%an, %ad%n%n    %s", sha, cwd=str(root)).rstrip()
+    diff = revisions.git("show", "--format=", sha, "--", *revisions.sut_packages(), cwd=str(root)).splitlines()
+  except RevisionError as e: return f"(git show failed: {e})"
+  if len(diff) > max_lines: diff = diff[:max_lines] + [f"... ({len(diff) - max_lines} more lines: git show {sha[:12]})"]
+  return "\n".join([stat, "", *diff] if diff else [stat, "", "(no change in the system under test)"])
 
 
 # ***** gate *****

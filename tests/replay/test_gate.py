@@ -141,3 +141,17 @@ def test_ci_gate_script_runs_locally(repo, tmp_path):
   proc = subprocess.run(["bash", "scripts/ci_gate.sh", "--only", "ref_add_const"], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
+
+
+@pytest.mark.slow
+@needs_cc
+def test_a_capture_run_that_crashes_still_gets_a_report_of_what_it_stored(repo, tmp_path):
+  git(repo, "checkout", "-q", "main")
+  crash = ("from scheduler import Tensor\nprint('FAILED workload: doomed', flush=True)\n(Tensor([1.0, 2.0]) + 1).realize()\n"
+           "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+  proc = cli("gate", "--base", "main", "--no-coverage", "--", sys.executable, "-c", crash, db=tmp_path / "r.db", cwd=repo)
+  assert proc.returncode == 4, proc.stdout + proc.stderr
+  out = proc.stdout
+  assert "kind" in out and "exec" in out   # the table of the captures that were stored
+  assert "the captured command killed by signal 11" in out and "failed: FAILED workload: doomed" in out, out
+  assert "FAIL: the captured command of run" in out and "the replay of what was captured: OK" in out, out
