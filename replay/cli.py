@@ -65,11 +65,11 @@ def _finish_capture(store: Store, run_id: int, code: int, echo: bool) -> dict[st
   return counts
 
 
-def run_capture_teed(cmd: list[str], store: Store, run_id: int, tail_lines: int = 12) -> tuple[int, list[str]]:
+def run_capture_teed(cmd: list[str], store: Store, run_id: int, env_extra: Optional[dict] = None, tail_lines: int = 12) -> tuple[int, list[str]]:
   """Run `cmd` capturing into `run_id`, its output (stdout and stderr, merged) passed through to stdout; returns the
   exit code and what a report says about a failed run: the lines that name a failure, then the last lines."""
   import collections, re
-  try: proc = subprocess.Popen(cmd, env=_capture_env(store, run_id), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  try: proc = subprocess.Popen(cmd, env={**_capture_env(store, run_id), **(env_extra or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   except FileNotFoundError: raise click.UsageError(f"command not found: {cmd[0]}") from None
   tail: collections.deque = collections.deque(maxlen=tail_lines)
   failures: list[str] = []
@@ -158,7 +158,7 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
               max_changed, rtol, atol, expect_no_change: bool = False, allow_incompatible: bool = False,
               worker_memory: int = 8192, rerun: bool = False, fail_on_drift: bool = False,
               max_cost_increase: Optional[float] = None, shard: Optional[str] = None, base_runs: Optional[dict] = None,
-              extra_notes: tuple = ()) -> rpt.Summary:
+              extra_notes: tuple = (), guard: Optional[dict] = None) -> rpt.Summary:
   from replay.runner import replay_captures, RunOptions
   from replay import revisions
   from replay.capture import git_state
@@ -181,7 +181,8 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   if shard is not None: fields["shard"] = shard
   fields["policy"] = json.dumps({"expect_no_change": expect_no_change, "allow_incompatible": allow_incompatible, "max_changed": max_changed,
                                  "tolerances": options.tolerances, "fail_on_drift": fail_on_drift,
-                                 "max_cost_increase": None if max_cost_increase is None else max_cost_increase / 100})
+                                 "max_cost_increase": None if max_cost_increase is None else max_cost_increase / 100,
+                                 **({"guard": guard} if guard is not None else {})})
   try: result = replay_captures(store, captures, path, {"capture_run_id": capture_run, "head_commit": head, "argv": json.dumps(sys.argv), **fields}, options)
   except ValueError as e: raise click.UsageError(str(e)) from None
   except RuntimeError as e: raise HarnessError(str(e)) from None
@@ -543,21 +544,34 @@ def _why(store: Store, cap: dict, base: Optional[str]) -> str:
          + rpt.clean(explain(*traces))
 
 
-def coverage_of_change(store: Store, captures: list[dict], base_sha: str, jobs, timeout) -> tuple[str, dict]:
-  """(one line, unexercised lines per file): which changed lines of the system under test no capture runs when
-  replayed with the current tree."""
+def _probe_env(folder: pathlib.Path, guard, boot: bool) -> dict[str, str]:
+  """The environment that puts the probes of `guard`'s plan into processes (with `boot`: every Python process a
+  command starts, through sitecustomize), recording into `folder`."""
+  from replay import probes, revisions
+  from replay.rerun import BOOT_DIR
+  plan = folder / "plan.json"
+  probes.write_plan(guard.plans, revisions.harness_root(), revisions.sut_packages(), plan)
+  (folder / "hits").mkdir(exist_ok=True)
+  env = {probes.PLAN_ENV: str(plan), probes.HITS_ENV: str(folder / "hits")}
+  if boot:
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), str(revisions.harness_root()), *filter(None, [os.environ.get("PYTHONPATH")])])
+  return env
+
+
+def coverage_of_change(store: Store, captures: list[dict], base_sha: str, jobs, timeout):
+  """The guard of the change since `base_sha`: which changed lines of the system under test run when the captures
+  are replayed with the current tree."""
   import tempfile
-  from replay import coverage_check, revisions
+  from replay import coverage_check, probes, revisions
   from replay.runner import replay_captures, RunOptions
-  root = revisions.repo_root()
-  changed = coverage_check.changed_lines(base_sha, root, revisions.sut_packages())
-  if not changed: return coverage_check.describe({}, changed), {}
+  guard = coverage_check.measure_plan(base_sha, revisions.repo_root())
+  if not guard.executable(): return guard
   with tempfile.TemporaryDirectory(prefix="replay-coverage-") as folder:
     options = RunOptions(jobs=jobs or max(1, os.cpu_count() or 1), timeout=timeout, progress=False)
-    replay_captures(store, captures, [str(revisions.harness_root())], {}, options, env_extra={coverage_check.COVERAGE_ENV: folder}, keep=False)
-    executed = coverage_check.executed_lines(folder, revisions.harness_root())
-  missed = coverage_check.unexercised(changed, executed, revisions.harness_root())
-  return coverage_check.describe(missed, changed), missed
+    env = _probe_env(pathlib.Path(folder), guard, boot=False)
+    replay_captures(store, captures, [str(revisions.harness_root())], {}, options, env_extra=env, keep=False)
+    guard.ran = probes.hits(pathlib.Path(folder) / "hits")
+  return guard
 
 
 @cli.command("coverage")
@@ -567,17 +581,18 @@ def coverage_of_change(store: Store, captures: list[dict], base_sha: str, jobs, 
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture.")
 def coverage_cmd(base, merge_base, runs, kinds, names, location, ids, jobs, timeout):
-  """Which lines of the system under test changed since --base, and which of them no capture executes when replayed
-  (exit 0 either way; the gate prints the same as a warning)."""
+  """Which lines of the system under test changed since --base, and which of them no capture's replay runs (lines
+  that run only while a module is imported count as not run). Exit 0 either way; the gate measures the same on the
+  captured command itself and fails on it."""
   from replay import coverage_check, revisions
   store = _store()
   caps, _ = select_captures(store, runs, kinds, names, location, ids)
   try: sha = revisions.resolve(base, merge_base, cwd=str(revisions.repo_root()))
   except UnknownRevision as e: raise UsageMistake(str(e)) from None
   except RevisionError as e: raise HarnessError(str(e)) from None
-  line, missed = coverage_of_change(store, caps, sha, jobs, timeout)
-  click.echo(line)
-  for path, lines in missed.items(): click.echo(f"  {path}: {coverage_check.ranges(lines)}")
+  guard = coverage_of_change(store, caps, sha, jobs, timeout)
+  click.echo(coverage_check.describe(guard.to_json()))
+  for path, lines in guard.unguarded().items(): click.echo(f"  {path}: {coverage_check.ranges(lines)}")
 
 
 # ***** review *****
@@ -711,10 +726,15 @@ NO_CHANGE_MARKER = "[no-kernel-change]"
 
 def promised_no_change() -> tuple[bool, str]:
   """Whether the change promised no kernel change: the marker in the head commit message or in PR_TITLE."""
-  if NO_CHANGE_MARKER in os.getenv("PR_TITLE", ""): return True, "PR_TITLE"
+  return marked(NO_CHANGE_MARKER)
+
+
+def marked(marker: str) -> tuple[bool, str]:
+  """Whether `marker` is in PR_TITLE or the head commit message, and where."""
+  if marker in os.getenv("PR_TITLE", ""): return True, "PR_TITLE"
   try:
     from replay.revisions import git
-    if NO_CHANGE_MARKER in git("log", "-1", "--format=%B"): return True, "the head commit message"
+    if marker in git("log", "-1", "--format=%B"): return True, "the head commit message"
   except RevisionError: pass
   return False, ""
 
@@ -740,10 +760,14 @@ def promised_no_change() -> tuple[bool, str]:
 @click.option("--max-cost-increase", type=click.FloatRange(min=0), default=None,
               help="Fail (exit 1) when a changed kernel's static cost grows by more than this percentage.")
 @click.option("--coverage/--no-coverage", default=True, show_default=True,
-              help="Measure which changed lines of the system under test run in no capture's replay (with coverage.py).")
+              help="Probe which changed lines of the system under test the captured command runs (after import); fail (1) when "
+                   "fewer than [tool.replay] changed-lines-guarded percent (default 100) do.")
+@click.option("--allow-unguarded", is_flag=True,
+              help="Do not fail on changed lines no capture runs (they are still listed); also set by [allow-unguarded] in the head "
+                   "commit or PR_TITLE.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, junit, html, rerun, fail_on_drift, max_cost_increase, coverage,
-         cmd):
+         allow_unguarded, cmd):
   """Capture (the bundled corpus, or CMD after --), replay on --base, run the command with --base too and compare end
   to end, and apply the CI policy: output mismatches fail (3); kernel changes fail (1) only if the change promised
   none; replay errors, incompatible captures and a failed capture run fail (4)."""
@@ -760,7 +784,14 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
   t0 = time.time()
   store = _store(create=True)
   run_id = store.add_run(**run_info(command))
-  code, failure_notes = run_capture_teed(command, store, run_id)
+  guard, probe_env, probe_dir = _plan_guard(sha, root) if coverage else (None, {}, None)
+  try:
+    code, failure_notes = run_capture_teed(command, store, run_id, probe_env)
+    if guard is not None and probe_dir is not None:
+      from replay import probes
+      guard.ran = probes.hits(pathlib.Path(probe_dir.name) / "hits")
+  finally:
+    if probe_dir is not None: probe_dir.cleanup()
   counts = _finish_capture(store, run_id, code, True)
   if not sum(counts.values()):
     raise HarnessError(f"the captured command captured nothing: {' '.join(command)}" + (f" ({failure_notes[0]})" if failure_notes else ""))
@@ -770,13 +801,10 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
   try:
     summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None,
                         expect_no_change or promised, allow_incompatible, rerun=rerun, fail_on_drift=fail_on_drift,
-                        max_cost_increase=max_cost_increase, base_runs={run_id: base_run} if base_run else None, extra_notes=failure_notes)
+                        max_cost_increase=max_cost_increase, base_runs={run_id: base_run} if base_run else None, extra_notes=failure_notes,
+                        guard=_guard_policy(guard, root, allow_unguarded))
   finally:
     if base_run is not None: base_run.kill()
-  if coverage:
-    try: click.echo("replay gate: " + coverage_of_change(store, store.captures(run_ids=[run_id]), summary.replay["base_commit"], jobs, timeout)[0],
-                    err=True)
-    except (RevisionError, ImportError) as e: click.echo(f"replay gate: coverage of the change not measured ({e})", err=True)
   exit_code = finish(store, summary, "text", None)
   if junit: pathlib.Path(junit).write_text(rpt.render(summary, "junit"))
   if html: pathlib.Path(html).write_text(rpt.render(summary, "html"))
@@ -784,6 +812,28 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
     with open(step_summary, "a") as f: f.write(rpt.render(summary, "markdown") + "\n")
   click.echo(f"replay gate: {time.time() - t0:.1f}s, exit {exit_code}", err=True)
   sys.exit(exit_code)
+
+
+def _plan_guard(sha: str, root: pathlib.Path):
+  """(guard, environment, folder) to probe the changed lines of the system under test in the captured command."""
+  import tempfile
+  from replay import coverage_check
+  try: guard = coverage_check.measure_plan(sha, root)
+  except RevisionError as e: raise HarnessError(f"cannot measure which changed lines run: {e}") from None
+  if not guard.executable(): return guard, {}, None
+  folder = tempfile.TemporaryDirectory(prefix="replay-probes-")
+  return guard, _probe_env(pathlib.Path(folder.name), guard, boot=True), folder
+
+
+def _guard_policy(guard, root: pathlib.Path, allow_unguarded: bool) -> Optional[dict]:
+  """What the replay stores about the guard of the change, with the threshold and whether unguarded lines may pass."""
+  if guard is None: return None
+  from replay import coverage_check
+  try: limit = coverage_check.threshold(root)
+  except RevisionError as e: raise UsageMistake(str(e)) from None
+  allowed, where = (True, "--allow-unguarded") if allow_unguarded else marked(coverage_check.ALLOW_MARKER)
+  if allowed and guard.unguarded(): click.echo(f"replay gate: unguarded changed lines allowed by {where}", err=True)
+  return {**guard.to_json(), "threshold": limit, "allowed": allowed}
 
 
 def _start_base_run(store: Store, run_id: int, base: str, sha: str, root: pathlib.Path):

@@ -1,18 +1,24 @@
-"""`replay coverage --base REV`: which lines of the system under test a change touches, and which of those no
-capture executes when the captures are replayed. A change that no capture runs cannot be caught by a replay, so
-the gate warns about it ("this change is not exercised by any capture").
+"""Is the change guarded? Changed lines of the system under test against the lines the captures' computations ran.
 
-Changed lines come from `git diff -U0 REV` (the working tree against the base) restricted to the SUT packages;
-executed lines from coverage.py, which each replay worker starts when `REPLAY_COVERAGE_DIR` is set and saves
-when it exits; this module combines the workers' data files.
+A change that no capture runs cannot be caught by a replay. Changed lines come from `git diff -U0 REV` (the working
+tree against the base) restricted to the system under test; which of them ran comes from the probes of
+replay/probes.py, placed in the captured command's processes by the gate (`replay gate`) or in the replay workers
+by `replay coverage`. A line that runs only while its module is imported (a table entry, a constant) is not
+guarded: nothing tells which computation uses it.
+
+The gate fails (exit 1) when less than `[tool.replay] changed-lines-guarded` percent (default 100) of the changed
+executable lines ran, unless `--allow-unguarded` is given or the head commit message (or PR_TITLE) says
+`[allow-unguarded]`; the lines are listed either way.
 """
 from __future__ import annotations
-import os, pathlib, re
+import pathlib, re
+from dataclasses import dataclass, field
 from typing import Optional
-from replay import revisions
+from replay import probes, revisions
 
-COVERAGE_ENV = "REPLAY_COVERAGE_DIR"
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+DEFAULT_THRESHOLD = 100.0
+ALLOW_MARKER = "[allow-unguarded]"
 
 
 def changed_lines(base_sha: str, root: pathlib.Path, packages: tuple[str, ...]) -> dict[str, set[int]]:
@@ -30,50 +36,48 @@ def changed_lines(base_sha: str, root: pathlib.Path, packages: tuple[str, ...]) 
   return out
 
 
-def start_in_worker() -> None:
-  """Called by a replay worker at start: measure the SUT's lines if the runner asked for coverage."""
-  folder = os.environ.get(COVERAGE_ENV)
-  if not folder: return
-  import atexit, coverage
-  root = os.environ.get("REPLAY_SUT_ROOT") or os.getcwd()
-  packages = [p for p in os.environ.get("REPLAY_SUT", "").split(",") if p]
-  cov = coverage.Coverage(data_file=os.path.join(folder, ".coverage"), data_suffix=True, branch=False,
-                          include=[os.path.join(os.path.realpath(root), p, "*") for p in packages] or None)
-  cov.start()
-
-  def save():
-    cov.stop()
-    cov.save()
-  atexit.register(save)
+def threshold(root: Optional[pathlib.Path] = None) -> float:
+  """`[tool.replay] changed-lines-guarded` of pyproject.toml: the percent of changed executable lines that must run."""
+  path = (root or revisions.harness_root()) / "pyproject.toml"
+  try:
+    import tomllib
+    value = tomllib.loads(path.read_text()).get("tool", {}).get("replay", {}).get("changed-lines-guarded", DEFAULT_THRESHOLD)
+  except (ImportError, OSError, ValueError): return DEFAULT_THRESHOLD
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+    raise revisions.RevisionError(f"[tool.replay] changed-lines-guarded in {path} must be a percentage from 0 to 100; got {value!r}")
+  return float(value)
 
 
-def executed_lines(folder: str, root: pathlib.Path) -> dict[str, set[int]]:
-  """Executed lines per file (paths relative to `root`) from the data files the workers left in `folder`."""
-  import coverage
-  cov = coverage.Coverage(data_file=os.path.join(folder, ".coverage"))
-  try: cov.combine([folder], keep=False)
-  except coverage.exceptions.NoDataError: return {}
-  data = cov.get_data()
-  out: dict[str, set[int]] = {}
-  real_root = os.path.realpath(root)
-  for measured in data.measured_files():
-    rel = os.path.relpath(os.path.realpath(measured), real_root)
-    if not rel.startswith(".."): out[rel] = set(data.lines(measured) or [])
-  return out
+@dataclass
+class Guard:
+  """The changed lines of a change, sorted by the probes' plan, and those that ran."""
+  plans: dict[str, probes.FilePlan] = field(default_factory=dict)
+  ran: dict[str, set[int]] = field(default_factory=dict)
+
+  def unguarded(self) -> dict[str, list[int]]:
+    """Changed executable lines no capture's computation ran (import-only lines included)."""
+    out = {}
+    for path, p in self.plans.items():
+      missed = sorted(set(l for l in p.runtime if l not in self.ran.get(path, set())) | set(p.import_only))
+      if missed: out[path] = missed
+    return out
+
+  def executable(self) -> int: return sum(len(p.runtime) + len(p.import_only) for p in self.plans.values())
+
+  def percent(self) -> float:
+    total = self.executable()
+    return 100.0 if not total else 100.0 * (total - sum(len(v) for v in self.unguarded().values())) / total
+
+  def import_only(self) -> dict[str, list[int]]: return {path: p.import_only for path, p in self.plans.items() if p.import_only}
+
+  def to_json(self) -> dict:
+    return {"executable": self.executable(), "percent": round(self.percent(), 2), "unguarded": self.unguarded(),
+            "import_only": self.import_only()}
 
 
-def unexercised(changed: dict[str, set[int]], executed: dict[str, set[int]], root: pathlib.Path) -> dict[str, list[int]]:
-  """Changed lines that could run (coverage.py calls them statements) but that no capture ran."""
-  import coverage
-  out: dict[str, list[int]] = {}
-  for path, lines in sorted(changed.items()):
-    full = root / path
-    if not full.exists(): continue
-    try: statements = set(coverage.Coverage().analysis2(str(full))[1])
-    except Exception: statements = set(lines)   # cannot be parsed: count every changed line
-    missed = sorted((lines & statements) - executed.get(path, set()))
-    if missed: out[path] = missed
-  return out
+def measure_plan(base_sha: str, root: pathlib.Path) -> Guard:
+  """The plan of a change: its changed lines, sorted (nothing has run yet)."""
+  return Guard(probes.plan(changed_lines(base_sha, root, revisions.sut_packages()), root))
 
 
 def ranges(lines: list[int]) -> str:
@@ -87,11 +91,16 @@ def ranges(lines: list[int]) -> str:
   return ", ".join(parts)
 
 
-def describe(missed: dict[str, list[int]], changed: dict[str, set[int]], limit: int = 6) -> str:
-  if not changed: return "the change touches no line of the system under test"
-  total = sum(len(v) for v in changed.values())
-  if not missed: return f"every changed line of the system under test that can run ({total} changed lines) is executed by some capture"
-  listed = [f"{path}:{ranges(lines)}" for path, lines in list(missed.items())[:limit]]
-  more = f"; and {len(missed) - limit} more files" if len(missed) > limit else ""
-  return (f"this change is not exercised by any capture: {sum(len(v) for v in missed.values())} changed lines run in no replay: "
+def describe(doc: Optional[dict], limit: int = 6) -> str:
+  """One line about a guard (its `to_json`), as reports print it."""
+  if not doc or not doc.get("executable"): return "the change touches no executable line of the system under test"
+  unguarded, imported = doc.get("unguarded") or {}, doc.get("import_only") or {}
+  total = doc["executable"]
+  if not unguarded: return f"every changed executable line of the system under test ({total}) runs in a capture's computation"
+  missed = sum(len(v) for v in unguarded.values())
+  listed = [f"{path}:{ranges(list(lines))}" for path, lines in list(unguarded.items())[:limit]]
+  more = f"; and {len(unguarded) - limit} more files" if len(unguarded) > limit else ""
+  at_import = sum(len(v) for v in imported.values())
+  why = f" ({at_import} of them run only while their module is imported)" if at_import else ""
+  return (f"unguarded: {missed} of {total} changed executable lines of the system under test run in no capture's computation{why}: "
           + "; ".join(listed) + more)

@@ -55,6 +55,7 @@ class Summary:
   accepted: set = field(default_factory=set)   # (kind, location, fingerprint) of changes a reviewer accepted
   missing_shards: list = field(default_factory=list)   # a merge of shards (replay/shards.py) without these shard numbers
   explanations: dict = field(default_factory=dict)     # capture id -> the rule attribution of `--why` (replay/why.py)
+  guard: Optional[dict] = None   # the gate's measure of which changed lines ran (replay/coverage_check.py Guard.to_json)
 
   @staticmethod
   def from_row(replay: dict, outcomes: list[dict], capture_runs: Optional[list] = None) -> "Summary":
@@ -62,8 +63,9 @@ class Summary:
     try: policy = json.loads(replay.get("policy") or "{}")
     except ValueError: policy = {}
     if not isinstance(policy, dict): policy = {}
+    guard = policy.get("guard") if isinstance(policy.get("guard"), dict) else None
     return Summary(replay, outcomes, bool(policy.get("expect_no_change")), bool(policy.get("allow_incompatible")), list(capture_runs or []),
-                   bool(policy.get("fail_on_drift")), _fraction(policy.get("max_cost_increase")))
+                   bool(policy.get("fail_on_drift")), _fraction(policy.get("max_cost_increase")), guard=guard)
 
   def capture_problem(self) -> Optional[str]:
     """How a captured command failed, if one did: the captures then describe only part of the program."""
@@ -122,6 +124,7 @@ class Summary:
     if t["error"] or (t["incompatible"] and not self.allow_incompatible):
       allowed = " (--allow-incompatible lets incompatible captures through, not errors)" if self.allow_incompatible and t["error"] else ""
       return EXIT_HARNESS, f"FAIL: {t['error']} replay errors and {t['incompatible']} incompatible captures of {n}{allowed}"
+    if (unguarded := self.unguarded_line()) is not None: return EXIT_CHANGED, unguarded
     if self.max_cost_increase is not None and (over := [g for o, g in self.slower() if g > self.max_cost_increase and not self.is_accepted(o)]):
       return EXIT_CHANGED, (f"FAIL: {len(over)} of {n} captures cost more than --max-cost-increase {self.max_cost_increase * 100:g}% allows "
                             f"(up to {_pct(max(over))})")
@@ -136,6 +139,16 @@ class Summary:
     if changes: return EXIT_OK, f"OK: {changes} of {n} captures changed kernels ({what}){note}; outputs are the same"
     extra = f" ({t['incompatible']} incompatible allowed)" if t["incompatible"] else ""
     return EXIT_OK, f"OK: all {n} captures replay the same{extra}"
+
+  def unguarded_line(self) -> Optional[str]:
+    """The verdict when too few changed lines ran in the captures' computations (and that was not allowed)."""
+    g = self.guard
+    if not g or g.get("allowed") or not g.get("unguarded"): return None
+    percent, limit = g.get("percent"), g.get("threshold", 100.0)
+    if not isinstance(percent, (int, float)) or not isinstance(limit, (int, float)) or percent >= limit: return None
+    from replay.coverage_check import describe
+    return (f"FAIL: {percent:g}% of the changed executable lines run in a capture's computation, fewer than the {limit:g}% required "
+            f"([tool.replay] changed-lines-guarded; --allow-unguarded or [allow-unguarded] lets it through); " + clean(describe(g)))
 
   def drift(self) -> Optional[dict]:
     """Outputs that are not the same bits but within tolerance: {captures, elements, max_ulp, max_rel_err, examples}."""
@@ -170,7 +183,11 @@ class Summary:
 
   def summary_lines(self) -> list[str]:
     """Everything reported about the replay as a whole: notes, slower kernels, drift."""
-    return self.notes() + [line for line in (self.slower_line(), self.drift_line()) if line]
+    guard = None
+    if self.guard is not None:
+      from replay.coverage_check import describe
+      guard = "guard: " + clean(describe(self.guard)) + (" (allowed)" if self.guard.get("allowed") and self.guard.get("unguarded") else "")
+    return self.notes() + [line for line in (guard, self.slower_line(), self.drift_line()) if line]
 
   def notes(self) -> list[str]:
     """What the replay found about the whole run rather than one capture (flag defaults, end-to-end reruns)."""

@@ -244,10 +244,6 @@ def replay_captures(store: Store, captures: list[dict], python_path: list[str], 
       try:
         if w.proc.stdin: w.proc.stdin.close()
       except OSError: pass
-    if (env_extra or {}).get("REPLAY_COVERAGE_DIR"):   # workers save their coverage data when they exit: let them
-      for w in workers:
-        try: w.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired: pass
     for w in list(workers): retire(w)
     progress.close()
   return ReplayResult(replay_id, outcomes, stopped, time.monotonic() - t0, compiler_seconds, flag_defaults)

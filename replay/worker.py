@@ -43,8 +43,8 @@ def main() -> None:
   stdin = sys.stdin.buffer
   from replay import isolation
   isolation.install()   # the system under test comes from the tree under test, or not at all
-  from replay import coverage_check
-  coverage_check.start_in_worker()   # `replay coverage`: measure which lines of the system under test the replays run
+  from replay import probes
+  probes.install()   # `replay coverage`: probe which changed lines of the system under test the replays run
   from replay.replayers import replay_one, flag_defaults
   send(proto_out, {"ready": True, "pid": os.getpid(), "flag_defaults": flag_defaults()})
   while True:
