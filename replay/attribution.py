@@ -1,5 +1,5 @@
 """From "outputs differ" to "this kernel changed": each mismatching realize of a replay names the first changed
-kernel that produced it.
+kernel that produced it (in the outcome's metrics, `first_changed`; reports show it above the difference).
 
 Runs after every check of a replay has merged its outcomes (replay/outcomes.py). A realize's kernels are captured
 at its location between the previous realize there and itself (a kernel compiled earlier, by another realize, was
@@ -9,6 +9,7 @@ else the detail says that no kernel of this realize changed (the difference is i
 the runtime).
 """
 from __future__ import annotations
+import json
 from db import Store
 
 CHANGED = ("changed", "added")
@@ -50,5 +51,8 @@ def name_changed_kernels(store: Store, replay_id: int) -> int:
     if kernel is not None: line = _pointer(kernel, "first changed kernel of this realize")
     elif schedule is not None: line = _pointer(schedule, "no kernel source of this realize changed, its schedule did")
     else: line = "no kernel or schedule captured for this realize changed (a kernel compiled earlier, or what runs the kernels, differs)"
-    store.update_outcome(o["id"], diff=line + "\n\n" + (o.get("diff") or ""))
+    try: metrics = json.loads(o.get("metrics") or "{}")
+    except ValueError: metrics = {}
+    # in the metrics, not the diff: realizes with the same difference still group in reports
+    store.update_outcome(o["id"], metrics=json.dumps({**(metrics if isinstance(metrics, dict) else {}), "first_changed": line}))
   return len(mismatches)

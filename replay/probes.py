@@ -7,7 +7,8 @@ says nothing about which computations use it, so it does not count as run.
 
 Not a line tracer: tracing every line doubles the corpus's running time on Python 3.11 even when one file is
 traced. Instead an import hook compiles each changed module with a probe before each changed statement of a function
-body (a changed `def` line probes the start of its body) and around the body of each changed lambda; every other
+body (a changed `def` line probes the start of its body) and around the body of each changed lambda (a changed import
+statement counts as run when its module loads); every other
 module loads untouched and unslowed. A probe records its lines once, in a file per folder that every process of the
 command appends to (so forked workers and crashed processes keep what they ran), and ignores calls made while a
 module of the system under test is being imported.
@@ -37,16 +38,22 @@ def _is_docstring(node: ast.AST) -> bool:
   return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
-def _sites(tree: ast.Module, lines: set[int]) -> tuple[dict[int, ast.AST], set[int], set[int]]:
+def _sites(tree: ast.Module, lines: set[int]) -> tuple[dict[int, ast.AST], set[int], set[int], set[int]]:
   """Each changed line's probe site (the innermost function-body statement, lambda or function header holding it),
-  the changed lines inside module-level or class-level statements only, and docstring lines (not code)."""
+  the changed lines inside module-level or class-level statements only, docstring lines (not code), and the
+  changed import statements of module level (they ran if the module loaded: a wrong one fails every capture)."""
   site: dict[int, ast.AST] = {}
   toplevel: set[int] = set()
   docs: set[int] = set()
+  loads: set[int] = set()
 
   def claim(node: ast.AST, first: int, last: int) -> None:
     for line in range(first, last + 1):
-      if line in lines: site[line] = node
+      if line not in lines: continue
+      held = site.get(line)
+      # `if c: return x` on one line: the statement that starts the line runs first, whatever its body does
+      if isinstance(node, ast.stmt) and isinstance(held, ast.stmt) and held.lineno == line: continue
+      site[line] = node
 
   def visit(node: ast.AST, in_function: bool) -> None:
     if isinstance(node, ast.stmt) and _is_docstring(node):
@@ -64,13 +71,16 @@ def _sites(tree: ast.Module, lines: set[int]) -> tuple[dict[int, ast.AST], set[i
       if not in_function: claim(node, node.lineno, node.end_lineno)   # within a function, its statement's probe suffices
       visit(node.body, True)
       return
+    if isinstance(node, (ast.Import, ast.ImportFrom)) and not in_function:
+      loads.update(line for line in range(node.lineno, node.end_lineno + 1) if line in lines)
+      return
     if isinstance(node, ast.stmt):
       if in_function: claim(node, node.lineno, node.end_lineno)
       else: toplevel.update(range(node.lineno, node.end_lineno + 1))
     for child in ast.iter_child_nodes(node): visit(child, in_function)
 
   for statement in tree.body: visit(statement, False)
-  return site, toplevel, docs
+  return site, toplevel, docs, loads
 
 
 def plan_file(source: str, lines: set[int]) -> FilePlan:
@@ -78,8 +88,8 @@ def plan_file(source: str, lines: set[int]) -> FilePlan:
   blank lines, comments and docstrings are neither."""
   try: tree = ast.parse(source)
   except SyntaxError: return FilePlan(import_only=sorted(lines))   # cannot be compiled: nothing of it can run
-  site, toplevel, docs = _sites(tree, lines)
-  return FilePlan(runtime=sorted(site), import_only=sorted((lines & toplevel & _code_lines(source)) - set(site) - docs))
+  site, toplevel, docs, loads = _sites(tree, lines)
+  return FilePlan(runtime=sorted(set(site) | loads), import_only=sorted((lines & toplevel & _code_lines(source)) - set(site) - docs - loads))
 
 
 def _code_lines(source: str) -> set[int]:
@@ -143,11 +153,12 @@ class _Instrument(ast.NodeTransformer):
 
 
 def instrument(source: bytes, filename: str, path: str, lines: set[int]):
-  """The code object of a module with probes at the sites of its changed `lines` (reported under `path`)."""
+  """(code object, lines that count as run once the module loads) of a module with probes at the sites of its
+  changed `lines` (reported under `path`)."""
   tree = ast.parse(source, filename)
-  site, _, _ = _sites(tree, lines)
+  site, _, _, loads = _sites(tree, lines)
   tree = ast.fix_missing_locations(_Instrument(path, site).visit(tree))
-  return compile(tree, filename, "exec", dont_inherit=True)
+  return compile(tree, filename, "exec", dont_inherit=True), loads
 
 
 # ***** in the command's processes *****
@@ -169,6 +180,9 @@ class _Probe:
 
   def __call__(self, path: str, lines: tuple) -> None:
     if (path, lines) in self.seen or self._importing(): return
+    self.record(path, lines)
+
+  def record(self, path: str, lines: tuple) -> None:
     self.seen.add((path, lines))
     with open(self.file, "a") as f: f.write(json.dumps([path, list(lines)]) + "\n")   # one short append: atomic
 
@@ -180,11 +194,13 @@ class _ProbedLoader(importlib.machinery.SourceFileLoader):
     self.rel, self.lines, self.probe = path, lines, probe
 
   def get_code(self, fullname: str):
-    return instrument(self.get_data(self.path), self.path, self.rel, self.lines)
+    code, self.loads = instrument(self.get_data(self.path), self.path, self.rel, self.lines)
+    return code
 
   def exec_module(self, module) -> None:
     module.__dict__[PROBE_NAME] = self.probe
     super().exec_module(module)
+    if self.loads: self.probe.record(self.rel, tuple(sorted(self.loads)))
 
 
 class _ProbeFinder(importlib.abc.MetaPathFinder):

@@ -276,6 +276,13 @@ def _kinds(s: Summary) -> list[str]:
   return list(KINDS) + sorted({o["kind"] for o in s.outcomes} - set(KINDS), key=str)
 
 
+def _shown_detail(o: dict) -> str:
+  """The detail as reports show it: a mismatch first names the kernel that changed (replay/attribution.py)."""
+  produced_by = _metrics(o.get("metrics")).get("first_changed")
+  detail = _detail(o)
+  return clean(produced_by) + ("\n\n" + detail if detail else "") if isinstance(produced_by, str) and produced_by else detail
+
+
 def _detail(o: dict) -> str:
   return clean(o.get("diff") or o.get("reason") or "")
 
@@ -299,7 +306,7 @@ def _more(s: Summary, shown_groups: int) -> Optional[str]:
 
 def render_group(group: list[dict], max_lines: Optional[int] = 40) -> str:
   """One group of identical differences as text: its heading, then its detail (cut after `max_lines`)."""
-  lines = _detail(group[0]).splitlines()
+  lines = _shown_detail(group[0]).splitlines()
   if max_lines is not None and len(lines) > max_lines:
     lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines; `replay show {group[0]['capture_id']}` shows all)"]
   return "\n".join([f"--- {_group_heading(group)}", *lines])
@@ -324,7 +331,7 @@ def render_markdown(s: Summary, max_diffs: int = 10) -> str:
   groups = s.groups() if s.show_all else s.groups()[:max_diffs]
   for group in groups:
     out += [f"<details><summary><b>{esc(_status(group[0]))}</b> {esc(_group_heading(group))}</summary>", "",
-            *_fenced(_detail(group[0]), "diff"), "</details>", ""]
+            *_fenced(_shown_detail(group[0]), "diff"), "</details>", ""]
   if (more := _more(s, len(groups))): out += [esc(more), ""]
   out.append(f"**{s.verdict()[1]}**")
   return "\n".join(out)
@@ -367,11 +374,11 @@ def render_junit(s: Summary) -> str:
       case = ET.SubElement(suite, "testcase", classname=f"replay.{kind}", name=clean(f"{o['capture_id']} {o['name']} @ {o['location']}"),
                            time=f"{o.get('seconds') or 0.0:.3f}")
       if o["status"] == "mismatch" or (o["status"] in CHANGES and s.expect_no_change):
-        ET.SubElement(case, "failure", message=o["status"]).text = _detail(o)
+        ET.SubElement(case, "failure", message=o["status"]).text = _shown_detail(o)
       elif o["status"] in ("error", "incompatible"):
-        ET.SubElement(case, "error", message=o["status"]).text = _detail(o)
+        ET.SubElement(case, "error", message=o["status"]).text = _shown_detail(o)
       elif o["status"] in CHANGES:
-        ET.SubElement(case, "system-out").text = _detail(o)
+        ET.SubElement(case, "system-out").text = _shown_detail(o)
   return ET.tostring(suites, encoding="unicode")
 
 
@@ -411,7 +418,7 @@ def _side_by_side(lines: list[str]) -> str:
 
 
 def _detail_html(o: dict) -> str:
-  detail = _detail(o)
+  detail = _shown_detail(o)
   if o["status"] != "changed" or not o.get("diff"):
     # mismatches list elements as `-  [i] base` / `+  [i] captured` lines: color them like a diff
     rows = []

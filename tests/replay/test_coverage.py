@@ -46,14 +46,15 @@ def test_ranges_and_descriptions():
 
 def test_the_plan_sorts_lines_into_runtime_import_only_and_not_code():
   plan = probes.plan_file(MODULE, set(range(1, 30)))
-  # the lambda of a table entry, a def line, function-body statements and a method run after import
-  assert plan.runtime == [5, 10, 14, 15, 16, 17, 18, 20, 24]
-  # the rest of the table, constants, the class body run at import; docstrings, comments, blank lines are not code
-  assert plan.import_only == [3, 4, 6, 7, 8, 22, 23]
+  # an import (run when the module loads), the lambda of a table entry, a def line, function-body statements, a method
+  assert plan.runtime == [3, 5, 10, 14, 15, 16, 17, 18, 20, 24]
+  # the rest of the table, constants, the class body run only at import; docstrings, comments, blank lines are not code
+  assert plan.import_only == [4, 6, 7, 8, 22, 23]
 
 
 def test_probes_fire_when_the_code_runs_not_when_the_module_is_imported():
-  code = probes.instrument(MODULE.encode(), "/x/mod.py", "mod.py", {5, 6, 10, 14, 16, 17, 18, 24})
+  code, loads = probes.instrument(MODULE.encode(), "/x/mod.py", "mod.py", {3, 5, 6, 10, 14, 16, 17, 18, 24})
+  assert loads == {3}   # a changed import counts as run when the module loads
   hits = []
   namespace = {probes.PROBE_NAME: lambda path, lines: hits.append(lines)}
   exec(code, namespace)
@@ -63,6 +64,12 @@ def test_probes_fire_when_the_code_runs_not_when_the_module_is_imported():
   hits.clear()
   namespace["TABLE"]["a"](1); namespace["C"]().m()
   assert hits == [(5,), (24,)]
+  # a one-line `if c: return x` runs when its condition is tested, not only when it returns
+  one_line = "def g(op):\n  if op == 1: return 'one'\n  if op == 2: return 'two'\n  return 'other'\n"
+  hits.clear()
+  exec(probes.instrument(one_line.encode(), "/x/g.py", "g.py", {2, 3})[0], namespace)
+  namespace["g"](3)
+  assert hits == [(2,), (3,)]
 
 
 def test_installed_probes_record_lines_that_run_in_every_process(tmp_path):
