@@ -92,7 +92,7 @@ MUTANTS = [
       "direction = m_hat / (v_hat + self.eps).sqrt() + self.wd * w.detach()"),
   bug("label_smoothing_mean_of_probs", FN, "label_smoothing * (log_probs.mean(-1) * counted)", "label_smoothing * (log_probs.exp().mean(-1) * counted)"),
   bug("promote_uint8_int8_to_uint16", DT, "dtypes.uint8: (dtypes.int16, dtypes.uint16),", "dtypes.uint8: (dtypes.uint16,),"),
-  bug("promote_int64_to_float32", DT, "dtypes.int64: (dtypes.float16,), dtypes.uint8", "dtypes.int64: (dtypes.float32,), dtypes.uint8"),
+  bug("promote_int64_to_float32", DT, "dtypes.int64: (dtypes.float16,),\n", "dtypes.int64: (dtypes.float32,),\n"),
   bug("conv_bias_on_wrong_axis", RED, "return result.add(bias.reshape(1, -1, *([1] * nk)))", "return result.add(bias.reshape(1, *([1] * nk), -1))"),
   bug("fuse_arange_on_by_default", HELP, 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)', 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 1)'),
   bug("second_upcast_lanes_8", LOWER, "SECOND_UPCAST_LANES = (4, 2)", "SECOND_UPCAST_LANES = (8, 2)"),
