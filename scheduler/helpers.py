@@ -7,7 +7,7 @@ capture can snapshot all flags and a replay can restore them with `Context(**fla
 from __future__ import annotations
 import os, threading
 from functools import cache
-from typing import Any, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Generator, Iterable, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -161,6 +161,46 @@ class computed_once:
     if obj is None: return self
     value = obj.__dict__[self.name] = self.compute(obj)
     return value
+
+
+class computed_from_sources(computed_once):
+  """A `computed_once` property of a graph node whose value is computed from the same property of its sources
+  (`node.src`). On a miss, the uncomputed part of the graph below is walked first, sources before users, with a
+  stack rather than the call stack: a graph 100,000 nodes deep computes it without Python recursion."""
+  def __get__(self, obj, owner=None):
+    if obj is None: return self
+    name, compute = self.name, self.compute
+    stack = [(obj, False)]
+    while stack:
+      node, ready = stack.pop()
+      cache = node.__dict__
+      if name in cache: continue
+      if ready: cache[name] = compute(node)
+      else:
+        stack.append((node, True))
+        stack.extend((s, False) for s in node.src if name not in s.__dict__)
+    return obj.__dict__[name]
+
+
+def evaluate(request: Any, expand: Callable[[Any], Generator], cache: dict) -> Any:
+  """The value of `request` under a recursive, memoized definition, without Python recursion: `expand(request)` is
+  a generator that yields each request it needs (receiving that request's value back) and returns its own value.
+  Values go into `cache` (request -> value); a graph 100,000 nodes deep costs a list of that length, not frames."""
+  if request in cache: return cache[request]
+  stack = [(request, expand(request))]
+  reply: Any = None
+  while stack:
+    current, generator = stack[-1]
+    try: needed = generator.send(reply)
+    except StopIteration as finished:
+      cache[current] = reply = finished.value
+      stack.pop()
+      continue
+    if needed in cache: reply = cache[needed]
+    else:
+      stack.append((needed, expand(needed)))
+      reply = None
+  return cache[request]
 
 
 class Metadata:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum, functools, hashlib, inspect, itertools, math, threading, weakref
 from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
 from scheduler.dtype import DType, dtypes, ConstType
-from scheduler.helpers import Context, computed_once, prod, unwrap, TRACK_MATCH_STATS, PICKLE_BUFFERS, Metadata
+from scheduler.helpers import Context, computed_once, computed_from_sources, prod, unwrap, TRACK_MATCH_STATS, PICKLE_BUFFERS, Metadata
 from scheduler.device import Buffer   # the device layer sits below the IR: it knows dtypes, not UOps
 if TYPE_CHECKING:
   from scheduler.shape.shapetracker import ShapeTracker
@@ -268,7 +268,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
        type(fields["arg"]) is type(self.arg) and fields["arg"] == self.arg: return self
     return UOp(fields["op"], fields["dtype"], fields["src"], fields["arg"])
 
-  @computed_once
+  @computed_from_sources
   def key(self) -> bytes:
     h = hashlib.sha256(f"{self.op.name}|{self.dtype!r}|{_stable_repr(self.arg)}".encode())
     for s in self.src: h.update(s.key)
@@ -301,7 +301,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   # ***** shape *****
 
-  @computed_once
+  @computed_from_sources
   def st(self) -> Optional[ShapeTracker]:
     """The view chain of this node: its own for VIEW, movement ops and constants, else contiguous of its shape."""
     ShapeTracker = _Above.ShapeTracker
@@ -336,8 +336,9 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   @property
   def base(self) -> UOp:
-    if self.op in GroupOp.Movement: return self.src[0].base
-    return self.src[0].base if self.op is Ops.VIEW and len(self.src) == 1 else self
+    node = self
+    while node.op in GroupOp.Movement or (node.op is Ops.VIEW and len(node.src) == 1): node = node.src[0]
+    return node
 
   @property
   def axis_arg(self) -> tuple[int, ...]:
@@ -346,7 +347,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   # ***** devices and buffers *****
 
-  @computed_once
+  @computed_from_sources
   def _device(self) -> Optional[str]:
     if self.op is Ops.DEVICE: return self.arg
     return next((d for s in self.src if (d := s._device) is not None), None)
@@ -356,9 +357,11 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   @property
   def buf_uop(self) -> UOp:
-    if self.base.op is Ops.BUFFER: return self.base
-    if self.base.op not in {*GroupOp.Buffer, Ops.ASSIGN, Ops.BUFFER_VIEW}: raise ValueError(f"buf_uop called on {self.op}")
-    return self.src[0].buf_uop
+    node = self
+    while (base := node.base).op is not Ops.BUFFER:
+      if base.op not in {*GroupOp.Buffer, Ops.ASSIGN, Ops.BUFFER_VIEW}: raise ValueError(f"buf_uop called on {node.op}")
+      node = node.src[0]
+    return base
 
   @property
   def buffer(self) -> Buffer:

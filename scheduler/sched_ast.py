@@ -11,7 +11,7 @@ brought into one frame (S67) and the store view takes the final frame (S70).
 from __future__ import annotations
 from typing import Optional
 from scheduler.dtype import dtypes
-from scheduler.helpers import prod
+from scheduler.helpers import prod, evaluate
 from scheduler.ops import UOp, Ops, GroupOp
 from scheduler.shape.shapetracker import ShapeTracker
 from scheduler.shape.view import View, strides_for_shape
@@ -105,26 +105,27 @@ class KernelAst:
   # ***** the expression under a chain *****
 
   def lower(self, u: UOp, chain: ShapeTracker) -> tuple[UOp, Frame]:
-    key = (u, chain)
-    if (done := self.cache.get(key)) is None: done = self.cache[key] = self._lower(u, chain)
-    return done
+    """u's value through `chain` and its frame, memoized per (u, chain); deep expressions need no deep recursion:
+    `_lower` yields the (source, chain) pairs it needs and `evaluate` computes them first."""
+    return evaluate((u, chain), self._lower, self.cache)
 
-  def _lower(self, u: UOp, chain: ShapeTracker) -> tuple[UOp, Frame]:
+  def _lower(self, request: tuple[UOp, ShapeTracker]):
+    u, chain = request
     if u in self.index_of_input: return self.load(u, chain), chain.shape
-    if u.op is Ops.VIEW: return self.lower(u.src[0], u.st + chain)
-    if u.op is Ops.CONTIGUOUS: return self.lower(u.src[0], chain)          # S72
+    if u.op is Ops.VIEW: return (yield (u.src[0], u.st + chain))
+    if u.op is Ops.CONTIGUOUS: return (yield (u.src[0], chain))          # S72
     if u.op is Ops.BIND:
       self.record_binding(u.src[0].replace(src=()), u.src[1].arg)
-      return self.lower(u.src[0], chain)
+      return (yield (u.src[0], chain))
     if u.op in (Ops.CONST, Ops.DEFINE_VAR): return self.constant(u, chain), chain.shape
-    if u.op is Ops.REDUCE_AXIS: return self.reduce(u, chain)
-    if u.op in ELEMENTWISE: return self.elementwise(u, chain)
+    if u.op is Ops.REDUCE_AXIS: return (yield from self.reduce(u, chain))
+    if u.op in ELEMENTWISE: return (yield from self.elementwise(u, chain))
     raise ScheduleError(f"{u.op} cannot be computed inside a kernel (kernel for {self.kernel.node.op})")
 
-  def reduce(self, r: UOp, chain: ShapeTracker) -> tuple[UOp, Frame]:
+  def reduce(self, r: UOp, chain: ShapeTracker):
     source, (combine, axes) = r.src[0], r.arg
     if _is_identity(chain, r.shape):
-      inner, frame = self.lower(source, ShapeTracker.from_shape(source.shape))
+      inner, frame = yield (source, ShapeTracker.from_shape(source.shape))
       extra = len(frame) - len(source.shape)
       return self.combine(inner, combine, axes), r.shape + (1,) * extra
     # S65: reduce the same elements, but with the reduced axes appended to `chain`'s shape
@@ -134,7 +135,7 @@ class KernelAst:
     else: outer = chain
     kept = tuple(i for i in range(len(source.shape)) if i not in axes)
     moved = ShapeTracker.from_shape(source.shape).permute(kept + tuple(axes))
-    inner, frame = self.lower(source, moved + _extend_with_axes(outer, extents))
+    inner, frame = yield (source, moved + _extend_with_axes(outer, extents))
     new_axes = tuple(range(len(outer.shape), len(outer.shape) + len(axes)))
     return self.combine(inner, combine, new_axes), outer.shape + (1,) * len(axes) + frame[len(outer.shape) + len(axes):]
 
@@ -144,16 +145,19 @@ class KernelAst:
       return UOp(Ops.REDUCE_AXIS, inner.dtype, inner.src, (combine, tuple(sorted(set(inner.arg[1]) | set(axes)))))
     return UOp(Ops.REDUCE_AXIS, inner.dtype, (inner,), (combine, tuple(axes)))
 
-  def elementwise(self, u: UOp, chain: ShapeTracker) -> tuple[UOp, Frame]:
+  def elementwise(self, u: UOp, chain: ShapeTracker):
     if u.op in GroupOp.UnsafePad and any(v.mask is not None for v in chain.views):
       raise ScheduleError(f"a padded view reached {u.op} inside a kernel, which does not map 0 to 0 (S37, S64)")
-    parts = [self.lower(s, chain) if s.st is not None else (s, chain.shape) for s in u.src]
+    parts = []
+    for s in u.src: parts.append((yield (s, chain)) if s.st is not None else (s, chain.shape))
     rounds = 0
     while len(frames := {frame for _, frame in parts}) > 1:   # S67: bring every source into the longest frame
       if (rounds := rounds + 1) > 8: raise ScheduleError(f"the sources of {u.op} cannot be brought into one iteration space")
       target = max(frames, key=len)
       reframed = chain.reshape(target)
-      parts = [p if p[1] == target else (self.lower(s, reframed) if s.st is not None else (s, target)) for s, p in zip(u.src, parts)]
+      moved = []
+      for s, p in zip(u.src, parts): moved.append(p if p[1] == target else (yield (s, reframed)) if s.st is not None else (s, target))
+      parts = moved
     return u.replace(src=tuple(expr for expr, _ in parts)), parts[0][1]
 
   # ***** the whole kernel *****

@@ -76,9 +76,16 @@ def broadcast_reduce_is_arithmetic(ctx: dict, r: UOp) -> Optional[UOp]:
   count = prod(x.shape[a] for a in axes)
   if combine is Ops.ADD: return one_slice * count
   if combine is Ops.MAX: return one_slice
-  power = one_slice
-  for _ in range(count - 1): power = power * one_slice
-  return power
+  return _power(one_slice, count)
+
+
+def _power(x: UOp, count: int) -> UOp:
+  """x ** count for a count >= 1 (0 gives x, as before) by squaring: O(log count) MULs, never a chain of count."""
+  result: Optional[UOp] = None
+  while count > 1:
+    if count & 1: result = x if result is None else result * x
+    x, count = x * x, count >> 1
+  return x if result is None else result * x
 
 
 def _split_candidate(r: UOp) -> Optional[tuple[int, int]]:

@@ -8,8 +8,9 @@ program depends on nothing about the device: the same AST always lowers to the s
 from __future__ import annotations
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 from scheduler.dtype import DType, dtypes
+from scheduler.helpers import unwrap
 from scheduler.ops import UOp, Ops, GroupOp, identity_element, sint_to_uop
 from scheduler.codegen.naming import kernel_name
 from scheduler.shape.shapetracker import ShapeTracker
@@ -78,6 +79,11 @@ class _Lowerer:
   def index_expr(self, u: UOp) -> int:
     """Emit an already simplified integer or bool expression over RANGEs and variables."""
     if (got := self.lookup(u)) is not None: return got
+    for node in _sources_first(u, self.lookup, _INDEX_INNER): self._index_node(node)
+    return unwrap(self.lookup(u))
+
+  def _index_node(self, u: UOp) -> int:
+    """One node of an index expression, whose sources are emitted already."""
     if u.op is Ops.CONST: ret = self.const(u.arg, u.dtype)
     elif u.op is Ops.RANGE: ret = self.range_of(u.arg)
     elif u.op is Ops.DEFINE_VAR: ret = self.variable(u)
@@ -126,6 +132,12 @@ class _Lowerer:
 
   def value(self, u: UOp) -> int:
     if (got := self.lookup(u)) is not None: return got
+    # elementwise chains emit sources first without recursion (in the order a recursive walk would emit them)
+    for node in _sources_first(u, self.lookup, _VALUE_INNER): self._value_node(node)
+    return unwrap(self.lookup(u))
+
+  def _value_node(self, u: UOp) -> int:
+    """One node of a kernel's expression, whose elementwise sources are emitted already."""
     op = u.op
     if op is Ops.CONST: ret = self.const(u.arg, u.dtype)
     elif op is Ops.DEFINE_VAR: ret = self.variable(u)
@@ -282,6 +294,28 @@ def upcast_choice(s: UOp, axes: list[int]) -> list[tuple[int, int]]:
 
 
 def _is_one(s) -> bool: return isinstance(s, int) and s == 1
+
+
+_INDEX_INNER = frozenset({*GroupOp.ALU, Ops.CAST})
+_VALUE_INNER = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST})
+
+
+def _sources_first(root: UOp, ready: Callable[[UOp], Any], inner: frozenset) -> list[UOp]:
+  """The nodes of `root`'s expression not yet `ready`, each after its sources, in the order a recursive evaluation
+  (sources left to right) reaches them; the walk goes below nodes whose op is in `inner` only."""
+  order: list[UOp] = []
+  seen: set[UOp] = set()
+  stack: list[tuple[UOp, bool]] = [(root, False)]
+  while stack:
+    node, expanded = stack.pop()
+    if expanded:
+      order.append(node)
+      continue
+    if node in seen or ready(node) is not None: continue
+    seen.add(node)
+    stack.append((node, True))
+    if node.op in inner: stack.extend((s, False) for s in reversed(node.src))
+  return order
 
 
 def _work(shape: tuple) -> float:
