@@ -54,17 +54,25 @@ def ast_text(ast) -> str:
     for s in u.src: uses[s] = uses.get(s, 0) + 1
   lines: list[str] = []
   printed: set = set()
-
-  def walk(u, depth: int):
+  todo = [(ast, 0)]   # a stack, not recursion: an AST may be thousands of nodes deep
+  while todo:
+    u, depth = todo.pop()
     if u in printed:
-      lines.append("  " * depth + f"^{labels[u]} {u.op.name}")
-      return
+      lines.append(indent(depth) + f"^{labels[u]} {u.op.name}")
+      continue
     printed.add(u)
     arg = _arg_text(u)
-    lines.append("  " * depth + f"{u.op.name} {u.dtype!r}" + (f" {arg}" if arg else "") + (f"  #{labels[u]}" if uses.get(u, 0) > 1 else ""))
-    for s in u.src: walk(s, depth + 1)
-  walk(ast, 0)
+    lines.append(indent(depth) + f"{u.op.name} {u.dtype!r}" + (f" {arg}" if arg else "") + (f"  #{labels[u]}" if uses.get(u, 0) > 1 else ""))
+    todo.extend((s, depth + 1) for s in reversed(u.src))
   return "\n".join(lines)
+
+
+MAX_INDENT = 40
+
+
+def indent(depth: int) -> str:
+  """Two spaces a level; deeper than MAX_INDENT levels the depth is written out, so a deep graph's text stays linear."""
+  return "  " * depth if depth <= MAX_INDENT else "  " * MAX_INDENT + f"[{depth}] "
 
 
 def kernel_label(ast) -> str:

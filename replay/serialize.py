@@ -10,7 +10,11 @@ import numpy as np
 
 # flags that say how to capture or debug, not how to compile: out of the content key, not re-applied on replay
 NON_COMPILER_FLAGS = frozenset({"CAPTURE_PROCESS_REPLAY", "DEBUG", "TRACK_MATCH_STATS", "VIZ", "PICKLE_BUFFERS"})
-FORMAT = b"PRPL1\n"  # bump when the payload layout changes
+# bump when the payload layout changes. PRPL2: (the payload's graph nodes in topological order, the payload), so that
+# pickling a graph 100,000 nodes deep never recurses (each node's sources are already in pickle's memo); PRPL1: the
+# payload alone (still read)
+FORMAT = b"PRPL2\n"
+READABLE = (FORMAT, b"PRPL1\n")
 PROTOCOL = 4
 
 
@@ -22,7 +26,26 @@ class PayloadFormatError(ValueError):
   """The payload is not a capture payload of a format this harness reads."""
 
 
-def dumps(obj: Any) -> bytes: return FORMAT + pickle.dumps(obj, protocol=PROTOCOL)
+def dumps(obj: Any) -> bytes: return FORMAT + pickle.dumps((graph_nodes(obj), obj), protocol=PROTOCOL)
+
+
+def _is_graph_node(x: Any) -> bool: return hasattr(x, "toposort") and isinstance(getattr(x, "src", None), tuple)
+
+
+def graph_nodes(obj: Any) -> list:
+  """Every graph node (UOp) reachable from the payload, sources before users; the payload's containers (dicts,
+  lists, tuples, sets) are searched for graphs, without recursion."""
+  roots, todo = [], [obj]
+  while todo:
+    x = todo.pop()
+    if _is_graph_node(x): roots.append(x)
+    elif isinstance(x, dict): todo.extend(reversed([*x.keys(), *x.values()]))
+    elif isinstance(x, (list, tuple, set, frozenset)): todo.extend(reversed(list(x)))
+  order: dict = {}
+  for root in roots:
+    for node in root.toposort:
+      if node not in order: order[node] = None
+  return list(order)
 
 
 # the packages whose classes and reconstructors a payload may name; the replay overlay sets these
@@ -90,8 +113,12 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 
 def loads(data: bytes) -> Any:
-  if not data.startswith(FORMAT):
-    head = data[:len(FORMAT)]
-    if head.startswith(b"PRPL"): raise PayloadFormatError(f"payload format {head.strip()!r} is not the {FORMAT.strip()!r} this harness reads")
+  head = data[:len(FORMAT)]
+  if head not in READABLE:
+    if head.startswith(b"PRPL"):
+      raise PayloadFormatError(f"payload format {head.strip()!r} is not one this harness reads ({', '.join(repr(f.strip()) for f in READABLE)})")
     raise PayloadFormatError("payload is not a capture payload (no format header)")
-  return RestrictedUnpickler(io.BytesIO(data[len(FORMAT):])).load()
+  value = RestrictedUnpickler(io.BytesIO(data[len(head):])).load()
+  if head == b"PRPL1\n": return value
+  if not isinstance(value, tuple) or len(value) != 2: raise PayloadFormatError("a PRPL2 payload is not a (nodes, payload) pair")
+  return value[1]

@@ -72,20 +72,29 @@ _alu: dict[Ops, Callable] = {
 # ***** index expressions *****
 
 def eval_index(u: UOp, ranges: dict[int, np.ndarray], var_vals: dict[UOp, int], cache: dict) -> Any:
-  if u in cache: return cache[u]
+  """The value of an index expression over the loop positions, its sources first (from the bottom: no recursion)."""
+  todo = [(u, False)]
+  while todo:
+    node, expanded = todo.pop()
+    if node in cache: continue
+    if expanded or node.op in (Ops.BIND, Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR): _eval_index_node(node, ranges, var_vals, cache)
+    else: todo += [(node, True)] + [(s, False) for s in node.src]   # a BIND's value is its own: its sources are not evaluated
+  return cache[u]
+
+
+def _eval_index_node(u: UOp, ranges: dict[int, np.ndarray], var_vals: dict[UOp, int], cache: dict) -> None:
   if u.op is Ops.CONST: ret = u.arg
   elif u.op is Ops.RANGE: ret = ranges[u.arg]
   elif u.op is Ops.DEFINE_VAR: ret = var_vals[u] if u in var_vals else _var_by_name(u, var_vals)
   elif u.op is Ops.BIND: ret = u.src[1].arg
   else:
-    srcs = [eval_index(s, ranges, var_vals, cache) for s in u.src]
+    srcs = [cache[s] for s in u.src]
     if u.op in (Ops.AND, Ops.OR) and u.dtype == dtypes.bool:
       ret = np.logical_and(*srcs) if u.op is Ops.AND else np.logical_or(*srcs)
     elif u.op is Ops.CAST: ret = srcs[0]
     else: ret = _alu[u.op](*[np.asarray(s, dtype=np.int64) if not isinstance(s, (bool, np.bool_)) and
                             (not isinstance(s, np.ndarray) or s.dtype != np.bool_) else s for s in srcs])
   cache[u] = ret
-  return ret
 
 
 def _var_by_name(u: UOp, var_vals: dict[UOp, int]) -> int:

@@ -505,7 +505,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
   def render(self, simplify=True) -> str:
     return _Above.render_expr(self.simplify() if simplify else self)
 
-  @computed_once
+  @computed_from_sources
   def _min_max(self) -> tuple:
     return _Above.min_max(self)
 
@@ -546,14 +546,16 @@ def _no_tracking(): return Context(TRACK_MATCH_STATS=0)
 def pretty_print(x: UOp, cache=None, d=0) -> str:
   lines: list[str] = []
   seen: dict[UOp, int] = {}
-  def walk(u: UOp, depth: int):
+  todo = [(x, 0)]   # a stack, not recursion: graphs may be thousands of nodes deep
+  while todo:
+    u, depth = todo.pop()
+    pad = "  " * min(depth, 40) + (f"[{depth}] " if depth > 40 else "")
     if u in seen:
-      lines.append("  " * depth + f"<ref {seen[u]}>")
-      return
+      lines.append(pad + f"<ref {seen[u]}>")
+      continue
     seen[u] = len(seen)
-    lines.append("  " * depth + f"{seen[u]}: UOp({u.op}, {u.dtype}, arg={u.argstr()}, src=({len(u.src)}))")
-    for s in u.src: walk(s, depth + 1)
-  walk(x, 0)
+    lines.append(pad + f"{seen[u]}: UOp({u.op}, {u.dtype}, arg={u.argstr()}, src=({len(u.src)}))")
+    todo.extend((s, depth + 1) for s in reversed(u.src))
   return "\n".join(lines)
 
 

@@ -369,14 +369,19 @@ _infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "
 
 
 def render_expr(u: UOp) -> str:
-  if u.op is Ops.CONST: return str(u.arg)
-  if u.op is Ops.DEFINE_VAR: return u.arg[0]
-  if u.op is Ops.BIND: return render_expr(u.src[0])
-  if u.op is Ops.RANGE: return f"ridx{u.arg}"
-  if u.op in _infix: return f"({render_expr(u.src[0])}{_infix[u.op]}{render_expr(u.src[1])})"
-  if u.op is Ops.MAX: return f"max({render_expr(u.src[0])}, {render_expr(u.src[1])})"
-  if u.op is Ops.WHERE: return f"({render_expr(u.src[1])} if {render_expr(u.src[0])} else {render_expr(u.src[2])})"
-  return f"{u.op.name}({', '.join(render_expr(s) for s in u.src)})"
+  """An index expression as text; every node is rendered after its sources (from the bottom: no recursion)."""
+  text: dict[UOp, str] = {}
+  for node in u.toposort:
+    s = [text[x] for x in node.src]
+    if node.op is Ops.CONST: text[node] = str(node.arg)
+    elif node.op is Ops.DEFINE_VAR: text[node] = node.arg[0]
+    elif node.op is Ops.BIND: text[node] = s[0]
+    elif node.op is Ops.RANGE: text[node] = f"ridx{node.arg}"
+    elif node.op in _infix: text[node] = f"({s[0]}{_infix[node.op]}{s[1]})"
+    elif node.op is Ops.MAX: text[node] = f"max({s[0]}, {s[1]})"
+    elif node.op is Ops.WHERE: text[node] = f"({s[1]} if {s[0]} else {s[2]})"
+    else: text[node] = f"{node.op.name}({', '.join(s)})"
+  return text[u]
 
 
 ops.provide(symbolic=symbolic, render_expr=render_expr, min_max=min_max)

@@ -361,8 +361,17 @@ def _exact_multiplier(value) -> bool:
   return mantissa == 0.5 and math.isfinite(value)
 
 
-def _conjuncts(cond: UOp) -> list[UOp]:
-  return _conjuncts(cond.src[0]) + _conjuncts(cond.src[1]) if cond.op is Ops.AND else [cond]
+def _flattened(x: UOp, op: Ops) -> list[UOp]:
+  """The operands of a tree of `op` (an AND of conditions, an ADD of terms), left to right, without recursion."""
+  out, todo = [], [x]
+  while todo:
+    u = todo.pop()
+    if u.op is op: todo.extend(reversed(u.src[:2]))
+    else: out.append(u)
+  return out
+
+
+def _conjuncts(cond: UOp) -> list[UOp]: return _flattened(cond, Ops.AND)
 
 
 def _interval_of(valid: UOp, index: UOp, extent: UOp) -> Optional[tuple[UOp, UOp, Optional[UOp]]]:
@@ -393,7 +402,7 @@ def _interval_of(valid: UOp, index: UOp, extent: UOp) -> Optional[tuple[UOp, UOp
   return low, high, elsewhere
 
 
-def _terms(x: UOp) -> list[UOp]: return _terms(x.src[0]) + _terms(x.src[1]) if x.op is Ops.ADD else [x]
+def _terms(x: UOp) -> list[UOp]: return _flattened(x, Ops.ADD)
 
 
 def lower(ast: UOp) -> Program:
