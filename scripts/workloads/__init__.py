@@ -1,6 +1,6 @@
 """The bundled workload corpus: small deterministic programs that exercise the compiler the way its
 users do (training loops, attention, symbolic shapes, DISK, integer and view edge cases, layers at real sizes, mixed
-dtypes, the reference rows),
+dtypes, deep residual and transformer stacks, the reference rows),
 each also on the PYTHON runtime and under the scheduler flags that select other rules.
 
 Each workload is a function returning {"outputs": [np.ndarray...], "losses": [float...]} (losses only
@@ -9,7 +9,7 @@ for training workloads); `python -m scripts.workloads` runs them.
 from __future__ import annotations
 import csv, pathlib
 from typing import Callable
-from scripts.workloads import edge_cases, models, new_ops, sizes
+from scripts.workloads import deep, edge_cases, models, new_ops, sizes
 
 REFERENCE_TSV = pathlib.Path(__file__).with_name("reference_workloads.tsv")
 
@@ -40,6 +40,7 @@ WORKLOADS: dict[str, Callable[[], dict]] = {
   "special_values": edge_cases.special_values,
   "upsampling_decoder": new_ops.upsampling_decoder, "einsum_attention": new_ops.einsum_attention, "nll_classifier": new_ops.nll_classifier,
   "large_layers": sizes.large_layers, "mixed_dtypes": sizes.mixed_dtypes,
+  "residual_mlp_step": deep.residual_mlp_step, "transformer_encoder": deep.transformer_encoder,
   **{f"ref_{r['name']}": _reference_workload(r) for r in reference_rows()},
 }
 

@@ -215,3 +215,46 @@ def test_mixed_dtypes_follow_the_promotion_rules_and_match_numpy():
   for got, expected in zip(out, want):
     tol = 2e-2 if got.dtype == np.float16 or got is out[3] or got is out[4] else 1e-5
     np.testing.assert_allclose(got.astype(np.float64), np.asarray(expected, np.float64), rtol=tol, atol=tol)
+
+
+def test_the_64_block_residual_mlp_step_matches_numpy_backpropagation():
+  from scripts.workloads import deep
+  got = WORKLOADS["residual_mlp_step"]()
+  rng = np.random.default_rng(31)
+  x = rng.standard_normal((deep.MLP_BATCH, deep.MLP_WIDTH)).astype(np.float32).astype(np.float64)
+  blocks = [(a.astype(np.float64), b.astype(np.float64)) for a, b in deep.residual_mlp_weights(rng)]
+  hs, zs, h = [], [], x
+  for a, b in blocks:
+    hs.append(h); zs.append(h @ a)
+    h = h + np.maximum(zs[-1], 0) @ b
+  loss = (h * h).mean()
+  g, grads = 2 * h / h.size, []
+  for (a, b), h_in, z in reversed(list(zip(blocks, hs, zs))):
+    dz = (g @ b.T) * (z > 0)
+    grads.append((h_in.T @ dz, np.maximum(z, 0).T @ g))
+    g = g + dz @ a.T
+  grads.reverse()
+  lr = 0.05
+  want = [blocks[0][0] - lr * grads[0][0], blocks[0][1] - lr * grads[0][1], blocks[-1][1] - lr * grads[-1][1]]
+  np.testing.assert_allclose(got["losses"][0], loss, rtol=1e-4)
+  for a, b in zip(got["outputs"], want): np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_the_24_block_transformer_encoder_matches_numpy():
+  from scripts.workloads import deep
+  got = WORKLOADS["transformer_encoder"]()["outputs"][0]
+  rng = np.random.default_rng(32)
+  x = rng.standard_normal((2, deep.SEQUENCE, deep.MODEL_WIDTH)).astype(np.float32).astype(np.float64)
+  def layernorm(t): return (t - t.mean(-1, keepdims=True)) / np.sqrt(t.var(-1, keepdims=True) + 1e-5)
+  def gelu(t): return 0.5 * t * (1 + np.tanh(np.sqrt(2 / np.pi) * (t + 0.044715 * t ** 3)))
+  def softmax(t):
+    e = np.exp(t - t.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+  head = deep.MODEL_WIDTH // deep.HEADS
+  for w in deep.encoder_weights(rng):
+    def split(t): return t.reshape(2, deep.SEQUENCE, deep.HEADS, head).transpose(0, 2, 1, 3)
+    q, k, v = split(x @ w["wq"]), split(x @ w["wk"]), split(x @ w["wv"])
+    attention = softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(head)) @ v
+    x = layernorm(x + attention.transpose(0, 2, 1, 3).reshape(2, deep.SEQUENCE, deep.MODEL_WIDTH) @ w["wo"])
+    x = layernorm(x + gelu(x @ w["w1"]) @ w["w2"])
+  np.testing.assert_allclose(got, x, rtol=1e-3, atol=1e-3)
