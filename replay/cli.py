@@ -798,6 +798,8 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
   # the command runs with the base while the captured graphs replay (never two runs of the command at once: a
   # program may use fixed paths, as the DISK workloads do)
   base_run = _start_base_run(store, run_id, base, sha, root) if rerun else None
+  # a base that hangs must not hang the gate: it gets five times what the capture took, and at least ten minutes
+  if base_run is not None: base_run.timeout = max(600.0, 5 * (time.time() - t0))
   try:
     summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None,
                         expect_no_change or promised, allow_incompatible, rerun=rerun, fail_on_drift=fail_on_drift,

@@ -155,3 +155,27 @@ def test_a_capture_run_that_crashes_still_gets_a_report_of_what_it_stored(repo, 
   assert "kind" in out and "exec" in out   # the table of the captures that were stored
   assert "the captured command killed by signal 11" in out and "failed: FAILED workload: doomed" in out, out
   assert "FAIL: the captured command of run" in out and "the replay of what was captured: OK" in out, out
+
+
+# bugs above the captured graph, which a plain replay cannot see: each must fail the gate as .ci/run runs it
+ABOVE_THE_GRAPH = {
+  "mul_gradient_swapped": (("scheduler/gradient.py", "Ops.MUL: lambda g, out: (out.src[1] * g, out.src[0] * g),",
+                            "Ops.MUL: lambda g, out: (out.src[0] * g, out.src[1] * g),"), 3, "produce different outputs"),
+  "nesterov_dropped": (("scheduler/nn/optim.py", "step = step + self.momentum * velocity if self.nesterov else velocity", "step = velocity"),
+                       3, "produce different outputs"),
+  "uint8_int8_promote_to_uint16": (("scheduler/dtype.py", "dtypes.uint8: (dtypes.int16, dtypes.uint16),", "dtypes.uint8: (dtypes.uint16,),"),
+                                   3, "produce different outputs"),
+  "flag_default_changed": (("scheduler/helpers.py", 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)', 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 1)'),
+                           1, "run only while their module is imported"),
+}
+
+
+@pytest.mark.slow
+@needs_cc
+@pytest.mark.parametrize("name", list(ABOVE_THE_GRAPH))
+def test_bugs_above_the_graph_fail_the_gate_as_ci_runs_it(repo, tmp_path, name):
+  edit_args, code, reason = ABOVE_THE_GRAPH[name]
+  commit_on_a(repo, name, lambda r: edit(r, *edit_args))
+  proc = cli("gate", "--base", "main", "--allow-incompatible", "--", sys.executable, "-m", "scripts.workloads", "--only", "mlp_sgd",
+             "mixed_dtypes", "ref_arange", "--no-variants", db=tmp_path / "r.db", cwd=repo)
+  assert proc.returncode == code and reason in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
