@@ -331,6 +331,9 @@ class Store:
   def update_outcome(self, outcome_id: int, **fields: Any) -> None:
     with self.transaction(): self.db["outcomes"].update(outcome_id, fields)
 
+  def set_replay_policy(self, replay_id: int, policy: str) -> None:
+    with self.transaction(): self.db["replays"].update(replay_id, {"policy": policy})
+
   def set_replay_notes(self, replay_id: int, notes: list[str]) -> None:
     with self.transaction(): self.db["replays"].update(replay_id, {"notes": json.dumps(notes, sort_keys=True)})
 

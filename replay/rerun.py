@@ -42,6 +42,7 @@ class EndToEnd:
   """What the end-to-end comparison found: per capture of the original runs, and about the runs as a whole."""
   results: dict[int, Comparison] = field(default_factory=dict)   # capture id -> comparison with its base counterpart
   notes: list[str] = field(default_factory=list)
+  failures: list[str] = field(default_factory=list)   # reruns that failed twice: the end-to-end step did not finish
 
 
 def command_of(run: dict) -> tuple[list[str], str, dict[str, str]]:
@@ -210,25 +211,35 @@ def _counts(results: dict[int, Comparison]) -> str:
 def end_to_end(store: Store, run_ids: list[int], base_label: str, base_root: str, sut: tuple[str, ...], tolerances: Optional[dict],
                log_dir: pathlib.Path, echo=lambda text: print(text, file=sys.stderr), base_runs: Optional[dict[int, Started]] = None) -> EndToEnd:
   """Rerun every capture run in `run_ids` with the base (unless `base_runs` holds that rerun, started) and compare;
-  only when something differs is the command run once more with the current tree, to tell a change from noise."""
+  only when something differs is the command run once more with the current tree, to tell a change from noise.
+  A rerun that fails where the original run succeeded is run once more; failing again, it is a failure of this step
+  (in `failures`), never evidence: its captures are not compared, and the differences it was to check stand."""
   found = EndToEnd()
   for run_id in run_ids:
     run = store.run(run_id)
     if run is None: continue
+    def again_with(label: str, root: Optional[str], first: Optional[Rerun] = None) -> tuple[Rerun, bool]:
+      """A rerun of the command (the given `first` one, else a new one), once more if it failed: (rerun, succeeded)."""
+      first = first or run_again(store, run, label, root, sut, log_dir)
+      if first.exit_code == 0 or run.get("exit_code") not in (0, None): return first, True   # the original failed too: as comparable
+      echo(f"replay: end to end: the command failed with {label} (exit {first.exit_code}, see {first.log}); running it once more...")
+      second = run_again(store, run, label, root, sut, log_dir)
+      if second.exit_code == 0: return second, True
+      found.failures.append(f"the command of run {run_id} failed twice with {label} (exit {first.exit_code}, then {second.exit_code}; see "
+                            f"{second.log}), so its captures were not compared with that run")
+      return second, False
     started = (base_runs or {}).get(run_id)
-    if started is not None:
-      echo(f"replay: end to end: waiting for the command of run {run_id} with {base_label}...")
-      base = started.wait()
-    else:
-      echo(f"replay: end to end: running the command of run {run_id} with {base_label}...")
-      base = run_again(store, run, base_label, base_root, sut, log_dir)
+    if started is not None: echo(f"replay: end to end: waiting for the command of run {run_id} with {base_label}...")
+    else: echo(f"replay: end to end: running the command of run {run_id} with {base_label}...")
+    base, ok = again_with(base_label, base_root, started.wait() if started is not None else None)
+    if not ok: continue
     original = store.captures(run_ids=[run_id])
     results = compare_runs(store, original, store.captures(run_ids=[base.run_id]), tolerances)
     again = None
     if any(c.status not in ("same", "removed") for c in results.values()):
       echo("replay: end to end: captures differ; running the command again with the current tree (determinism check)...")
-      again = run_again(store, run, "current", None, sut, log_dir)
-      results = deterministic_only(store, results, original, store.captures(run_ids=[again.run_id]), tolerances)
+      again, ok = again_with("the current tree", None)
+      if ok: results = deterministic_only(store, results, original, store.captures(run_ids=[again.run_id]), tolerances)
     found.notes.append(_rerun_line(run_id, base_label, base, again) + _counts(results))
     found.results.update(results)
   return found

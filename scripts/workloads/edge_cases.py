@@ -98,12 +98,12 @@ def special_values() -> dict:
 def disk_views() -> dict:
   """Views of a file on the DISK device: a bitcast slice realized as a view of the file's buffer, then sliced again
   (a view of a view: the offsets add up), and a view read through two slices before anything is realized."""
-  import os, tempfile
-  folder = os.path.join(tempfile.gettempdir(), f"process-replay-disk-views-{os.getuid() if hasattr(os, 'getuid') else 0}")
-  os.makedirs(folder, exist_ok=True)
-  path = os.path.join(folder, "values.bin")   # a fixed path: the device name is part of the captured graph
-  np.arange(32, dtype=np.float32).tofile(path)
-  disk = Tensor.empty(128, dtype=dtypes.uint8, device=f"DISK:{path}")
-  second_half = disk[64:128].bitcast(dtypes.float32).realize()
-  outs = [second_half[1:3].to("CPU"), second_half[5:].to("CPU") * 2, disk[16:96][8:40].bitcast(dtypes.float32).to("CPU") + 1]
-  return {"outputs": [o.numpy() for o in outs]}
+  import os
+  from scripts.workloads.files import exclusive_folder
+  with exclusive_folder("process-replay-disk-views") as folder:
+    path = os.path.join(folder, "values.bin")   # a fixed path: the device name is part of the captured graph
+    np.arange(32, dtype=np.float32).tofile(path)
+    disk = Tensor.empty(128, dtype=dtypes.uint8, device=f"DISK:{path}")
+    second_half = disk[64:128].bitcast(dtypes.float32).realize()
+    outs = [second_half[1:3].to("CPU"), second_half[5:].to("CPU") * 2, disk[16:96][8:40].bitcast(dtypes.float32).to("CPU") + 1]
+    return {"outputs": [o.numpy() for o in outs]}

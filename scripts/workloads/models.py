@@ -1,11 +1,12 @@
 """The model workloads of the corpus: fixed seeds, small shapes."""
 from __future__ import annotations
-import os, tempfile
+import os
 import numpy as np
 from scheduler import Tensor, Variable, nn
 from scheduler.nn.optim import SGD, Adam, AdamW
 from scheduler.nn.state import get_parameters, get_state_dict, safe_save, safe_load, load_state_dict
 from replay import replay_location
+from scripts.workloads.files import exclusive_folder
 
 
 def _data(seed: int, shape, classes: int):
@@ -120,12 +121,11 @@ def disk_state_dict() -> dict:
   model = MLP((6, 5, 2))
   for p in get_parameters(model): p.realize()
   # a fixed path: the DISK device's name is part of the captured graph, and identical runs should store identical payloads
-  folder = os.path.join(tempfile.gettempdir(), f"process-replay-disk-workload-{os.getuid() if hasattr(os, 'getuid') else 0}")
-  os.makedirs(folder, exist_ok=True)
-  path = os.path.join(folder, "model.safetensors")
-  safe_save(get_state_dict(model), path)
-  loaded = safe_load(path)
-  other = MLP((6, 5, 2))
-  load_state_dict(other, loaded)
-  x = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)).realize()
-  return {"outputs": [other(x).numpy(), model(x).numpy()]}
+  with exclusive_folder("process-replay-disk-workload") as folder:
+    path = os.path.join(folder, "model.safetensors")
+    safe_save(get_state_dict(model), path)
+    loaded = safe_load(path)
+    other = MLP((6, 5, 2))
+    load_state_dict(other, loaded)
+    x = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)).realize()
+    return {"outputs": [other(x).numpy(), model(x).numpy()]}

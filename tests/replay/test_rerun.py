@@ -99,3 +99,28 @@ def test_a_change_that_adds_a_realize_is_a_scheduling_change_not_a_mismatch(repo
   assert st["exec"]["same"] == st["exec"]["total"] - 30
   promised = cli("diff", "--base", "main", "--rerun", "--expect-no-change", db=db, cwd=repo)
   assert promised.returncode == 1 and "promised no kernel change" in promised.stdout, promised.stdout
+
+
+FLAKY = textwrap.dedent("""
+  import os, signal, sys
+  from scheduler import Tensor
+  counter, fail_on = sys.argv[1], {int(n) for n in sys.argv[2].split(",") if n}
+  n = int(open(counter).read()) + 1 if os.path.exists(counter) else 1
+  open(counter, "w").write(str(n))
+  print((Tensor([1.0, 2.0]) * 2).realize().numpy())
+  if n in fail_on: os.kill(os.getpid(), signal.SIGBUS)   # as a run whose memory-mapped file another process truncated
+""")
+
+
+@pytest.mark.parametrize("fail_on, code", [("2", 0), ("2,3", 4)])
+def test_a_rerun_that_crashes_is_retried_once_and_never_makes_captures_nondeterministic(repo, tmp_path, fail_on, code):
+  git(repo, "checkout", "-q", "main")
+  (tmp_path / "flaky.py").write_text(FLAKY)
+  db = tmp_path / "r.db"
+  cmd = [sys.executable, str(tmp_path / "flaky.py"), str(tmp_path / "count"), fail_on]
+  assert cli("capture", "--", *cmd, db=db, cwd=repo).returncode == 0
+  proc = cli("diff", "--base", "main", "--rerun", db=db, cwd=repo)
+  assert proc.returncode == code, proc.stdout + proc.stderr
+  assert "nondeterministic" not in proc.stdout.split("\n", 3)[3], proc.stdout   # (beyond the table's header)
+  assert "running it once more" in proc.stderr
+  if code: assert "failed twice with main" in proc.stdout and "end-to-end comparison is incomplete" in proc.stdout, proc.stdout

@@ -258,3 +258,18 @@ def test_the_24_block_transformer_encoder_matches_numpy():
     x = layernorm(x + attention.transpose(0, 2, 1, 3).reshape(2, deep.SEQUENCE, deep.MODEL_WIDTH) @ w["wo"])
     x = layernorm(x + gelu(x @ w["w1"]) @ w["w2"])
   np.testing.assert_allclose(got, x, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file locks")
+def test_disk_workloads_wait_for_each_other_instead_of_truncating_a_mapped_file():
+  from scripts.workloads.files import exclusive_folder
+  with exclusive_folder("process-replay-disk-views"):
+    other = subprocess.Popen([sys.executable, "-m", "scripts.workloads", "--only", "disk_views", "--no-variants"], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+      with pytest.raises(subprocess.TimeoutExpired): other.wait(timeout=3)   # blocked on the folder's lock
+    except BaseException:
+      other.kill()
+      raise
+  out, _ = other.communicate(timeout=120)
+  assert other.returncode == 0 and "1/1 workloads ok" in out, out
