@@ -42,7 +42,7 @@ def read_file(path: pathlib.Path) -> list[dict]:
   try: doc = json.loads(path.read_text())
   except (OSError, ValueError) as e: raise AcceptFileError(f"cannot read accepted changes from {path}: {e}") from None
   items = doc.get("accepted") if isinstance(doc, dict) else None
-  if doc.get("format") != FORMAT or not isinstance(items, list):
+  if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(items, list):
     raise AcceptFileError(f"{path} is not an accepted-changes file (format {FORMAT!r} with a list 'accepted')")
   out = []
   for item in items:

@@ -55,3 +55,13 @@ def test_review_accepts_one_group_at_a_time_and_mismatches_cannot_be_accepted(re
   assert proc.returncode == 0 and "[1/" in proc.stdout and "accepted " in proc.stdout.splitlines()[-1], proc.stdout + proc.stderr
   report = cli("report", db=db, cwd=repo, env_extra=env)
   assert report.returncode == 3 and "(accepted)" in report.stdout   # accepted changes are marked; the mismatch still fails
+
+
+@pytest.mark.parametrize("text", ["[]", "7", "null", '"accepted"', '{"format": "replay-accepted/1", "accepted": [1]}',
+                                  '{"format": "replay-accepted/1", "accepted": {"kind": "x"}}', '{"format": "other", "accepted": []}'])
+def test_a_malformed_accepted_changes_file_is_a_one_line_error(tmp_path, text):
+  from replay.accept import read_file, AcceptFileError
+  path = tmp_path / "replay-accepted.json"
+  path.write_text(text)
+  with pytest.raises(AcceptFileError) as e: read_file(path)
+  assert str(path) in str(e.value) and "\n" not in str(e.value)
