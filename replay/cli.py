@@ -891,11 +891,20 @@ def fuzz(base, budget, count, seed, save_dir, jobs, timeout, fmt, output):
   sys.exit(exit_code)
 
 
+class Interrupted(BaseException):
+  """Ctrl-C. Not a KeyboardInterrupt, which click turns into "Aborted!" and exit 1 (the kernels-changed code)."""
+
+
+def _interrupt(*_) -> None: raise Interrupted()
+
+
 def main() -> None:
-  # SIGTERM unwinds like an exception, so that the runner's cleanup kills its workers (also one stuck in a kernel)
+  # SIGTERM and SIGINT unwind like exceptions, so that the runner's cleanup kills its workers (also one stuck in a
+  # kernel); a replay they cut short stays unfinished in the database, which reports it INCOMPLETE
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+  signal.signal(signal.SIGINT, _interrupt)
   try: cli(prog_name="replay")
-  except KeyboardInterrupt:
+  except (Interrupted, KeyboardInterrupt):
     click.echo("replay: interrupted", err=True)
     sys.exit(130)
   except (StoreError, sqlite3.Error) as e:   # the database failed under a command (a full disk, an I/O error): one line, exit 4

@@ -191,7 +191,8 @@ def test_kernels_that_keep_values_but_cost_more_are_flagged_slower(repo, tmp_pat
   assert proc.returncode == 1 and "--max-cost-increase 5%" in proc.stdout, proc.stdout
 
 
-def test_sigterm_ends_the_replay_with_143_and_kills_a_worker_stuck_in_a_kernel(repo, tmp_path):
+@pytest.mark.parametrize("sig, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_ends_the_replay_with_its_code_and_kills_a_worker_stuck_in_a_kernel(repo, tmp_path, sig, code):
   import os, signal, subprocess, time
   from tests.conftest import REPO
   stuck = commit_on_a(repo, "stuck", lambda r: plant_at_constants(r, {4321.5: SPIN}))
@@ -204,18 +205,24 @@ def test_sigterm_ends_the_replay_with_143_and_kills_a_worker_stuck_in_a_kernel(r
   env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db)}
   proc = subprocess.Popen([sys.executable, "-m", "replay", "diff", "--base", stuck, "--timeout", "600", "--kind", "exec", "--jobs", "1"], cwd=repo,
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  # wait until the worker is spinning in the kernel: a child process of the replay using the CPU
-  deadline = time.time() + 60
-  while time.time() < deadline:
+  # wait until the worker is spinning in the kernel: a child process of the replay that has used 3 s of CPU time. CPU
+  # time, not a CPU share: on a loaded machine a spinning worker gets a small share, but its time keeps adding up
+  def cpu_seconds(pid: str) -> float:
+    try: fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError: return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime + stime
+  deadline, busy = time.time() + 600, []
+  while time.time() < deadline and not busy and proc.poll() is None:
     children = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "replay.worker"], capture_output=True, text=True).stdout.split()   # ours only
-    busy = [pid for pid in children if float((subprocess.run(["ps", "-o", "%cpu=", "-p", pid], capture_output=True, text=True).stdout or "0").strip() or 0) > 50]
-    if busy: break
+    busy = [pid for pid in children if cpu_seconds(pid) > 3.0]
     time.sleep(0.5)
   assert busy, "the worker never got stuck"
-  proc.send_signal(signal.SIGTERM)
-  assert proc.wait(timeout=30) == 143
+  proc.send_signal(getattr(signal, sig))
+  assert proc.wait(timeout=30) == code, proc.stderr.read()
   time.sleep(0.5)
   assert all(subprocess.run(["ps", "-p", pid], capture_output=True).returncode != 0 for pid in busy), "a stuck worker outlived the replay"
+  report = cli("report", db=db, cwd=repo)   # the replay it cut short is stored as such
+  assert report.returncode == 4 and "INCOMPLETE" in report.stdout, report.stdout
 
 
 def test_concurrent_diffs_against_the_same_new_base_share_one_valid_worktree(repo, tmp_path):
