@@ -27,8 +27,17 @@ def git(*args: str, cwd: Optional[str] = None) -> str:
   return proc.stdout.strip()
 
 
+class NotARepository(UnknownRevision):
+  """The command needs a git repository and is run outside one (a usage mistake)."""
+
+
 def repo_root(start: Optional[str] = None) -> pathlib.Path:
-  return pathlib.Path(git("rev-parse", "--show-toplevel", cwd=start))
+  try: return pathlib.Path(git("rev-parse", "--show-toplevel", cwd=start))
+  except RevisionError as e:
+    if "not a git repository" not in str(e): raise
+    where = os.path.abspath(start or os.getcwd())
+    raise NotARepository(f"{where} is not in a git repository: run this command inside the repository of the compiler under test "
+                         "(replay run, report, show and list need none)") from None
 
 
 def harness_root() -> pathlib.Path:

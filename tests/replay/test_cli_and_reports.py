@@ -218,3 +218,18 @@ def test_runs_lists_runs_and_replays_and_prune_keeps_the_newest(tmp_path):
   (cache / "overlays" / "again").mkdir(parents=True)
   proc = cli("reset", "--yes", db=db, env_extra=env)
   assert "removed 1 cached worktrees and overlays" in proc.stdout and not (cache / "overlays" / "again").exists()
+
+
+@pytest.mark.parametrize("args", [["diff", "--base", "HEAD"], ["gate", "--base", "HEAD", "--", "true"], ["bisect", "--good", "a", "--bad", "b"],
+                                  ["coverage", "--base", "HEAD"]])
+def test_commands_that_need_git_say_so_outside_a_repository(tmp_path, args):
+  import subprocess, sys
+  from tests.conftest import REPO
+  outside = tmp_path / "not-a-repo"
+  outside.mkdir()
+  db = tmp_path / "r.db"
+  env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db), "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+  subprocess.run([sys.executable, "-m", "replay", "capture", "--", sys.executable, "-c", "from scheduler import Tensor; (Tensor([1.0]) + 1).realize()"],
+                 cwd=outside, env=env, capture_output=True)
+  proc = subprocess.run([sys.executable, "-m", "replay", *args], cwd=outside, env=env, capture_output=True, text=True)
+  assert proc.returncode == 2 and "is not in a git repository" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
