@@ -4,9 +4,8 @@ that found something."""
 from __future__ import annotations
 from typing import Iterable
 from db import Store
+from replay.statuses import more_serious
 
-# how serious a status is: an outcome takes the most serious status any check found
-SEVERITY = {"same": 0, "nondeterministic": 1, "added": 2, "removed": 2, "changed": 2, "mismatch": 3, "incompatible": 4, "error": 5}
 
 
 def merge(store: Store, replay_id: int, findings: Iterable[tuple[int, str, str]]) -> int:
@@ -21,7 +20,7 @@ def merge(store: Store, replay_id: int, findings: Iterable[tuple[int, str, str]]
                        "metrics": "{}", "seconds": 0.0})
       continue
     if row is None or status == "same": continue
-    worse = SEVERITY.get(status, 5) > SEVERITY.get(row["status"], 5)
+    worse = more_serious(status, row["status"])   # an outcome takes the most serious status any check found
     new_status = status if worse else row["status"]
     diff = "\n\n".join(part for part in (row.get("diff") or "", detail) if part)
     store.update_outcome(row["id"], status=new_status, diff=diff)

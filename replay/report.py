@@ -10,10 +10,7 @@ from dataclasses import dataclass, field
 from xml.etree import ElementTree as ET
 from tabulate import tabulate
 
-# `added`/`removed`: a capture only one of two end-to-end runs took (replay/alignment.py); a scheduling change, like `changed`
-STATUSES = ("same", "changed", "added", "removed", "mismatch", "error", "incompatible", "nondeterministic")
-CHANGES = ("changed", "added", "removed")
-_SEVERITY_ORDER = ("mismatch", "error", "incompatible", "changed", "added", "removed", "nondeterministic", "same")
+from replay.statuses import STATUSES, CHANGES, SEVERITY_ORDER
 KINDS = ("schedule", "kernel", "exec")
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE, EXIT_MISMATCH, EXIT_HARNESS = 0, 1, 2, 3, 4
 FORMATS = ("text", "markdown", "json", "junit", "html")
@@ -222,7 +219,7 @@ class Summary:
     nondeterministic, same), larger groups first within a status."""
     by_detail: dict[tuple, list[dict]] = {}
     for o in self.shown(): by_detail.setdefault((o["status"], o["kind"], _detail(o)), []).append(o)
-    return sorted(by_detail.values(), key=lambda g: (_SEVERITY_ORDER.index(g[0]["status"]), -len(g), g[0]["capture_id"]))
+    return sorted(by_detail.values(), key=lambda g: (SEVERITY_ORDER.index(g[0]["status"]), -len(g), g[0]["capture_id"]))
 
   def hotspots(self, limit: int = 5) -> list[str]:
     """Where the differences are: the locations, and the kernels by name, with the most non-same outcomes."""

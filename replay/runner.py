@@ -9,7 +9,7 @@ import collections, json, os, selectors, signal, struct, subprocess, sys, time
 from dataclasses import dataclass
 from typing import Optional
 from db import Store, BlobError
-from replay.report import STATUSES
+from replay.statuses import STATUSES
 
 
 
