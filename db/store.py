@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -101,7 +101,16 @@ def _migrate_to_7(db: "sqlite_utils.Database") -> None:
   db["capture_blobs"].create_index(["sha256"])
 
 
-MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7]
+def _migrate_to_8(db: "sqlite_utils.Database") -> None:
+  """The highest run and replay ids ever given out: SQLite would give a pruned newest id to the next row, and a
+  report or a note naming "replay 7" would then mean another replay."""
+  db["issued_ids"].create({"name": str, "value": int}, pk="name")
+  for table in ("runs", "replays"):
+    top = db.execute(f"SELECT max(id) FROM {table}").fetchone()[0] or 0
+    db["issued_ids"].insert({"name": table, "value": top})
+
+
+MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7, _migrate_to_8]
 
 
 class Store:
@@ -224,9 +233,16 @@ class Store:
 
   # ***** runs and captures *****
 
+  def _next_id(self, table: str) -> int:
+    """An id above every id `table` ever held (inside the caller's transaction)."""
+    issued = self.conn.execute("SELECT value FROM issued_ids WHERE name = ?", (table,)).fetchone()
+    top = max(issued[0] if issued else 0, self.conn.execute(f"SELECT coalesce(max(id), 0) FROM {table}").fetchone()[0])
+    self.conn.execute("INSERT OR REPLACE INTO issued_ids (name, value) VALUES (?, ?)", (table, top + 1))
+    return top + 1
+
   def add_run(self, **fields: Any) -> int:
-    row = {"started": time.time(), **fields}
     with self.transaction():
+      row = {"id": self._next_id("runs"), "started": time.time(), **fields}
       return self.conn.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())).lastrowid
 
   def finish_run(self, run_id: int, exit_code: Optional[int] = None) -> None:
@@ -320,7 +336,7 @@ class Store:
   # ***** replays and outcomes *****
 
   def add_replay(self, **fields: Any) -> int:
-    with self.transaction(): return self.db["replays"].insert({"started": time.time(), **fields}).last_pk
+    with self.transaction(): return self.db["replays"].insert({"id": self._next_id("replays"), "started": time.time(), **fields}).last_pk
 
   def finish_replay(self, replay_id: int, verdict: str, exit_code: int) -> None:
     with self.transaction(): self.db["replays"].update(replay_id, {"finished": time.time(), "verdict": verdict, "exit_code": exit_code})

@@ -130,3 +130,13 @@ def test_a_commit_the_disk_refuses_is_rolled_back_and_named(tmp_path):
     s.add_capture(run, "exec", "k", "n", "loc", b"in", b"out", {})
   s.conn = real
   assert s.captures() == [] and s.blob_count() == 0 and not real.in_transaction   # rolled back, nothing half-written
+
+
+def test_run_and_replay_ids_are_never_given_out_twice_even_after_a_prune(tmp_path):
+  s = Store(str(tmp_path / "r.db"))
+  first = s.add_run(argv="[]")
+  second = s.add_run(argv="[]")
+  replay = s.add_replay(capture_run_id=second)
+  s.delete_runs([second])   # the newest run and its replay go
+  assert s.replay(replay) is None
+  assert s.add_run(argv="[]") == second + 1 and s.add_replay(capture_run_id=first) == replay + 1
