@@ -238,8 +238,8 @@ class Summary:
 def _title(s: Summary) -> str:
   r = s.replay
   base = f"base {r.get('base_ref') or 'working tree'}" + (f" ({str(r['base_commit'])[:10]})" if r.get("base_commit") else "")
-  which = f"replay {r['id']}" if r.get("id") is not None else "merged replay"
-  shard = f" (shard {r['shard']})" if r.get("shard") else ""
+  if r.get("id") is None: which, shard = f"merged replay of {r.get('shard') or 'several shards'}", ""   # shard: "3 of 4 shards"
+  else: which, shard = f"replay {r['id']}", (f" (shard {r['shard']})" if r.get("shard") else "")
   return clean(f"{which}{shard}: captures of run {r.get('capture_run_id')} against {base}")
 
 
@@ -314,7 +314,7 @@ def render_group(group: list[dict], max_lines: Optional[int] = 40) -> str:
   return "\n".join([f"--- {_group_heading(group)}", *lines])
 
 
-def render_text(s: Summary, max_diffs: int = 5, max_lines: int = 40) -> str:
+def render_text(s: Summary, max_diffs: int = 10, max_lines: int = 40) -> str:
   out = [_title(s), tabulate(_table_rows(s), headers=["kind", "total", *STATUSES], tablefmt="simple")]
   out += [f"note: {n}" for n in s.summary_lines()] + s.hotspots()
   groups = s.groups() if s.show_all else s.groups()[:max_diffs]

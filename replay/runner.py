@@ -122,21 +122,30 @@ def _limit(max_changed: Optional[str], total: int) -> Optional[int]:
 
 
 class _Progress:
+  """A bar on a terminal; elsewhere (a CI log) a line every 30 seconds, so a long replay shows it is alive."""
+  LOG_EVERY = 30.0
+
   def __init__(self, total: int, enabled: bool):
-    self.total, self.done, self.enabled = total, 0, enabled and sys.stderr.isatty()
-    self.t0 = time.monotonic()
+    self.total, self.done, self.enabled, self.terminal = total, 0, enabled, sys.stderr.isatty()
+    self.t0 = self.logged = time.monotonic()
 
   def step(self, counts: dict[str, int]) -> None:
     self.done += 1
     if not self.enabled: return
+    tail = " ".join(f"{k}:{v}" for k, v in counts.items() if v)
+    if not self.terminal:
+      if (now := time.monotonic()) - self.logged >= self.LOG_EVERY:
+        self.logged = now
+        sys.stderr.write(f"replay: {self.done}/{self.total} captures replayed in {now - self.t0:.0f}s ({tail})\n")
+        sys.stderr.flush()
+      return
     width = 30
     filled = int(width * self.done / max(self.total, 1))
-    tail = " ".join(f"{k}:{v}" for k, v in counts.items() if v)
     sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {time.monotonic() - self.t0:5.1f}s {tail}   ")
     sys.stderr.flush()
 
   def close(self) -> None:
-    if self.enabled: sys.stderr.write("\n")
+    if self.enabled and self.terminal: sys.stderr.write("\n")
 
 
 def replay_captures(store: Store, captures: list[dict], python_path: list[str], replay_fields: dict, options: RunOptions,

@@ -25,3 +25,16 @@ def test_a_worker_done_early_takes_the_back_half_of_the_longest_run():
 def test_no_captures_and_more_workers_than_captures():
   assert not _Runs([], 4)
   assert drain(_Runs([{"id": 0}], 3), [2]) == {2: [0]}
+
+
+def test_progress_is_an_occasional_line_when_stderr_is_not_a_terminal(capsys, monkeypatch):
+  from replay import runner
+  monkeypatch.setattr(runner._Progress, "LOG_EVERY", 0.0)
+  progress = runner._Progress(3, True)
+  for _ in range(3): progress.step({"same": 1, "changed": 0})
+  progress.close()
+  err = capsys.readouterr().err
+  assert "\r" not in err and err.splitlines()[-1].startswith("replay: 3/3 captures replayed in") and "same:1" in err
+  quiet = runner._Progress(3, False)
+  quiet.step({"same": 1}); quiet.close()
+  assert capsys.readouterr().err == ""
