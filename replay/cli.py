@@ -108,14 +108,28 @@ def selection_options(f):
   return f
 
 
+class CountOrPercent(click.ParamType):
+  """A count (`20`) or a percentage of the selection (`5%`), checked when the option is parsed, kept as written."""
+  name = "COUNT|PCT%"
+
+  def convert(self, value, param, ctx):
+    text = str(value).strip()
+    try: number = float(text[:-1]) if text.endswith("%") else int(text)
+    except ValueError: self.fail(f"{value!r} is neither a count (20) nor a percentage (5%)", param, ctx)
+    if number <= 0 or (text.endswith("%") and number > 100): self.fail(f"{value!r} must be a count above 0 or a percentage in (0, 100]", param, ctx)
+    return text
+
+
 def policy_options(f):
   f = click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")(f)
   f = click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture before it is an error.")(f)
   f = click.option("--worker-memory", "worker_memory", type=click.IntRange(min=0), default=8192, show_default=True,
                    help="Address-space limit of each replay worker in MiB (0: none); a capture that needs more is an error.")(f)
-  f = click.option("--max-changed", default=None, help="Stop early after this many (or this percent, e.g. 5%) changed or mismatched captures.")(f)
-  f = click.option("--expect-no-change", is_flag=True, help="Fail (exit 1) if any kernel changed.")(f)
-  f = click.option("--allow-incompatible", is_flag=True, help="Do not fail on replay errors and incompatible captures.")(f)
+  f = click.option("--max-changed", type=CountOrPercent(), default=None,
+                   help="Stop early after this many (or this percent, e.g. 5%) changed or mismatched captures.")(f)
+  f = click.option("--expect-no-change", is_flag=True, help="Fail (exit 1) if any kernel changed (changed, added or removed).")(f)
+  f = click.option("--allow-incompatible", is_flag=True,
+                   help="Let through captures the base cannot load or call; replay errors still fail.")(f)
   f = click.option("--fail-on-drift", is_flag=True, help="Fail (exit 3) when outputs differ bit for bit, even within tolerance.")(f)
   f = click.option("--max-cost-increase", type=click.FloatRange(min=0), default=None,
                    help="Fail (exit 1) when a changed kernel's static cost grows by more than this percentage (e.g. 10).")(f)
@@ -192,9 +206,12 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   if notes: store.set_replay_notes(result.replay_id, notes)
   from replay.attribution import name_changed_kernels
   name_changed_kernels(store, result.replay_id)
+  if result.stopped_early:   # on purpose: the report says so, and does not call the replay INCOMPLETE
+    click.echo(f"replay: stopped early after --max-changed {max_changed}", err=True)
+    policy = json.loads(store.replay(result.replay_id).get("policy") or "{}")
+    store.set_replay_policy(result.replay_id, json.dumps({**policy, "stopped_early": True}))
   replay_row = store.replay(result.replay_id)
   summary = _with_acceptances(store, rpt.Summary.from_row(replay_row, store.outcomes(result.replay_id), _capture_runs(store, captures)))
-  if result.stopped_early: click.echo(f"replay: stopped early after --max-changed {max_changed}", err=True)
   return summary
 
 
@@ -368,6 +385,15 @@ def _stored_summary(store: Store, replay_id: Optional[int], statuses=(), kinds=(
   return summary
 
 
+def _require_matches(summary: rpt.Summary) -> None:
+  """A report asked to select (--status, --kind, --location) that selects nothing is a usage mistake (exit 2)."""
+  view = summary.view
+  if not (view.get("statuses") or view.get("kinds") or view.get("location")) or summary.shown(): return
+  asked = ", ".join([*(f"--status {x}" for x in view.get("statuses") or []), *(f"--kind {x}" for x in view.get("kinds") or []),
+                     *([f"--location {view['location']!r}"] if view.get("location") else [])])
+  raise UsageMistake(f"the selection ({asked}) matched no outcome of replay {summary.replay.get('id')}; its verdict: {summary.verdict()[1]}")
+
+
 @cli.command()
 @click.argument("capture_id", type=int, required=False)
 @click.option("--replay", "replay_id", type=int, default=None, help="Without CAPTURE_ID: the replay to show (default: the latest).")
@@ -381,7 +407,9 @@ def show(capture_id, replay_id, why, why_base, statuses, view_kinds, view_locati
   from replay.compare import ast_text, schedule_text
   store = _store()
   if capture_id is None:
-    echo_report(rpt.render(_stored_summary(store, replay_id, statuses, view_kinds, view_location, show_all=True), "text"), "text", page=True)
+    summary = _stored_summary(store, replay_id, statuses, view_kinds, view_location, show_all=True)
+    _require_matches(summary)
+    echo_report(rpt.render(summary, "text"), "text", page=True)
     return
   cap = store.capture(capture_id)
   if cap is None: raise UsageMistake(f"no capture with id {capture_id} in {store.path}")
@@ -420,6 +448,7 @@ def report(replay_id, fmt, output, show_all, statuses, view_kinds, view_location
   grouped. The verdict (and the exit code) is the replay's, whatever the filters show."""
   store = _store()
   summary = _stored_summary(store, replay_id, statuses, view_kinds, view_location, show_all)
+  _require_matches(summary)
   row = summary.replay
   if why: summary.explanations = _explain_groups(store, summary, why_limit)
   text = rpt.render(summary, fmt)

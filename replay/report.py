@@ -81,9 +81,7 @@ class Summary:
     if not isinstance(selected, int): return 0
     try: policy = json.loads(self.replay.get("policy") or "{}")
     except ValueError: policy = {}
-    cap = policy.get("max_changed") if isinstance(policy, dict) else None
-    t = self.totals()
-    if isinstance(cap, int) and cap > 0 and t["changed"] + t["mismatch"] >= cap: return 0   # --max-changed stopped it
+    if isinstance(policy, dict) and policy.get("stopped_early"): return 0   # --max-changed stopped it on purpose
     return max(0, selected - sum(1 for o in self.outcomes if o["status"] != "removed"))   # removed: the base's captures
 
   def mark_accepted(self) -> None:

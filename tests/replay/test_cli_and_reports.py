@@ -233,3 +233,11 @@ def test_commands_that_need_git_say_so_outside_a_repository(tmp_path, args):
                  cwd=outside, env=env, capture_output=True)
   proc = subprocess.run([sys.executable, "-m", "replay", *args], cwd=outside, env=env, capture_output=True, text=True)
   assert proc.returncode == 2 and "is not in a git repository" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_report_selection_that_matches_nothing_is_a_usage_mistake(captured):
+  assert cli("run", db=captured).returncode == 0
+  for args in (["--status", "mismatch"], ["--location", "no-such-place"], ["--kind", "kernel", "--status", "error"]):
+    proc = cli("report", *args, db=captured)
+    assert proc.returncode == 2 and "matched no outcome" in proc.stderr and "OK: all" in proc.stderr, proc.stderr
+  assert cli("report", "--status", "same", db=captured).returncode == 0

@@ -55,6 +55,12 @@ def test_fusion_rule_change_is_changed_with_a_readable_diff(repo, tmp_path):
   assert "STORE" in proc.stdout
   proc = cli("diff", "--base", "main", "--expect-no-change", db=db, cwd=repo)
   assert proc.returncode == 1 and "promised no kernel change" in proc.stdout
+  # --max-changed stops on purpose: the verdict is the one of what ran, never INCOMPLETE, now and in a later report
+  stopped = cli("diff", "--base", "main", "--max-changed", "1", "--jobs", "1", db=db, cwd=repo)
+  assert stopped.returncode == 0 and "stopped early" in stopped.stderr and "INCOMPLETE" not in stopped.stdout, stopped.stdout
+  later = cli("report", db=db, cwd=repo)
+  assert later.returncode == 0 and "INCOMPLETE" not in later.stdout
+  for bad in ("0", "-3", "150%", "five"): assert cli("diff", "--base", "main", "--max-changed", bad, db=db, cwd=repo).returncode == 2
 
 
 def test_broken_c_arithmetic_is_a_mismatch(repo, tmp_path):
