@@ -27,6 +27,11 @@ class UsageMistake(HarnessError):
   exit_code = rpt.EXIT_USAGE
 
 
+def say(text: str) -> None:
+  """Text with content from a database on stdout: control characters (terminal escapes) shown as \\xNN."""
+  click.echo(rpt.clean(text))
+
+
 def _store(create: bool = False) -> Store:
   try: return Store(create=create)
   except NoDatabase as e: raise UsageMistake(str(e)) from None
@@ -366,7 +371,7 @@ def list_(runs, kinds, names, location, ids, limit):
   caps, _ = select_captures(store, runs, kinds, names, location, ids)
   rows = [[c["id"], c["run_id"], c["kind"], c["name"][:48], c["location"][:60], time.strftime("%H:%M:%S", time.localtime(c["time"]))]
           for c in (caps if limit == 0 else caps[:limit])]
-  click.echo(tabulate(rows, headers=["id", "run", "kind", "name", "location", "time"]))
+  say(tabulate(rows, headers=["id", "run", "kind", "name", "location", "time"]))
   if limit and len(caps) > limit: click.echo(f"... {len(caps) - limit} more (--limit 0 shows all)")
 
 
@@ -416,23 +421,23 @@ def show(capture_id, replay_id, why, why_base, statuses, view_kinds, view_locati
   if why:
     click.echo(_why(store, cap, why_base))
     return
-  click.echo(f"capture {cap['id']} [{cap['kind']}] {cap['name']}\nrun {cap['run_id']}  location {cap['location']}\nkey {cap['key']}")
+  say(f"capture {cap['id']} [{cap['kind']}] {cap['name']}\nrun {cap['run_id']}  location {cap['location']}\nkey {cap['key']}")
   for field in ("flags", "meta"):
     try: value = json.loads(cap[field] or "{}")
     except ValueError: value = None
     if not isinstance(value, dict): click.echo(f"{field} (not JSON) {rpt.clean(cap[field])[:200]}")
-    elif field == "flags": click.echo("flags " + " ".join(f"{k}={v}" for k, v in value.items() if v))
-    elif value: click.echo(f"meta {value}")
+    elif field == "flags": say("flags " + " ".join(f"{k}={v}" for k, v in value.items() if v))
+    elif value: say(f"meta {value}")
   try:
     inp, out = serialize.loads(store.get_blob(cap["input_sha"])), serialize.loads(store.get_blob(cap["output_sha"]))
     if cap["kind"] == "exec": out = buffers.decode_outputs(out, store.shared_blobs(cap["id"]))
-    if cap["kind"] == "schedule": click.echo("\n" + schedule_text(out["asts"]))
-    elif cap["kind"] == "kernel": click.echo(f"\ndevice {inp['device']}\n{ast_text(inp['ast'])}\n\n{out['src']}")
+    if cap["kind"] == "schedule": say("\n" + schedule_text(out["asts"]))
+    elif cap["kind"] == "kernel": say(f"\ndevice {inp['device']}\n{ast_text(inp['ast'])}\n\n{out['src']}")
     else:
       for i, o in enumerate(out["outputs"]): click.echo(f"output {i}: {o.dtype}{list(o.shape)} sum={float(o.astype('float64').sum()):.6g}")
-  except Exception as e: click.echo(f"(cannot load the payload with this revision: {type(e).__name__}: {e})")
+  except Exception as e: say(f"(cannot load the payload with this revision: {type(e).__name__}: {e})")
   last = store.last_outcome(capture_id)
-  if last: click.echo(f"\nlast outcome (replay {last['replay_id']}): {last['status']} {last['reason'] or ''}\n{last['diff'] or ''}")
+  if last: say(f"\nlast outcome (replay {last['replay_id']}): {last['status']} {last['reason'] or ''}\n{last['diff'] or ''}")
 
 
 @cli.command()
@@ -496,13 +501,13 @@ def runs(limit):
   rows = [[r["id"], _when(r.get("started")), _command(r.get("argv")), (r.get("git_commit") or "-")[:10] + ("+dirty" if r.get("git_dirty") else ""),
            "-" if r.get("exit_code") is None else r["exit_code"], " ".join(f"{r['counts'].get(k, 0)}{k[0]}" for k in rpt.KINDS),
            f"rerun of {r['rerun_of']} ({rpt.clean(r.get('tree') or '')[:24]})" if r.get("rerun_of") else ""] for r in shown]
-  click.echo(tabulate(rows, headers=["run", "started", "command", "commit", "exit", "captures (s k e)", ""]))
+  say(tabulate(rows, headers=["run", "started", "command", "commit", "exit", "captures (s k e)", ""]))
   if len(all_runs) > len(shown): click.echo(f"... {len(all_runs) - len(shown)} more runs (--limit 0 shows all)")
   shown = replays if limit == 0 else replays[:limit]
   rows = [[r["id"], _when(r.get("started")), r.get("capture_run_id") or "-", rpt.clean(r.get("base_ref") or "working tree")[:24]
            + (f" ({r['base_commit'][:10]})" if r.get("base_commit") else ""), r["outcomes"], rpt.clean(r.get("verdict") or "(did not finish)")[:70]]
           for r in shown]
-  click.echo("\n" + tabulate(rows, headers=["replay", "started", "run", "base", "outcomes", "verdict"]))
+  say("\n" + tabulate(rows, headers=["replay", "started", "run", "base", "outcomes", "verdict"]))
   if len(replays) > len(shown): click.echo(f"... {len(replays) - len(shown)} more replays (--limit 0 shows all)")
 
 

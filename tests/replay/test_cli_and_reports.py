@@ -241,3 +241,17 @@ def test_a_report_selection_that_matches_nothing_is_a_usage_mistake(captured):
     proc = cli("report", *args, db=captured)
     assert proc.returncode == 2 and "matched no outcome" in proc.stderr and "OK: all" in proc.stderr, proc.stderr
   assert cli("report", "--status", "same", db=captured).returncode == 0
+
+
+def test_no_terminal_control_characters_from_a_database_reach_the_terminal(captured):
+  import sqlite3
+  evil = "\x1b[2J\x1b]0;pwned\x07"
+  with sqlite3.connect(captured) as conn:
+    conn.execute("UPDATE captures SET name = ?, location = ?, kind = kind WHERE id = (SELECT min(id) FROM captures)", (f"n{evil}", f"l{evil}"))
+    conn.execute("UPDATE runs SET argv = ?", (f'["python", "{evil}"]'.replace("\x1b", "\\u001b").replace("\x07", "\\u0007"),))
+  first = sqlite3.connect(captured).execute("SELECT min(id) FROM captures").fetchone()[0]
+  assert cli("run", db=captured).returncode == 0
+  for args in (["list"], ["show", str(first)], ["runs"], ["report", "--all"], ["show"]):
+    proc = cli(*args, db=captured)
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, (args, proc.stdout[:500])
+    if args in (["list"], ["runs"], ["show", str(first)]): assert "\\x1b" in proc.stdout, args   # shown escaped, not dropped
