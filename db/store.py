@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -110,7 +110,16 @@ def _migrate_to_8(db: "sqlite_utils.Database") -> None:
     db["issued_ids"].insert({"name": table, "value": top})
 
 
-MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7, _migrate_to_8]
+def _migrate_to_9(db: "sqlite_utils.Database") -> None:
+  """A database has an identity: shards merged into one replay must come from one database, and capture run 1 of
+  one database is not capture run 1 of another."""
+  import uuid
+  db["identity"].create({"uuid": str}, pk="uuid")
+  db["identity"].insert({"uuid": str(uuid.uuid4())})
+
+
+MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7, _migrate_to_8,
+              _migrate_to_9]
 
 
 class Store:
@@ -232,6 +241,10 @@ class Store:
   def blob_count(self) -> int: return self.conn.execute("SELECT count(*) FROM blobs").fetchone()[0]
 
   # ***** runs and captures *****
+
+  def identity(self) -> str:
+    """This database's identity (a UUID made when it was created)."""
+    return self.conn.execute("SELECT uuid FROM identity").fetchone()[0]
 
   def _next_id(self, table: str) -> int:
     """An id above every id `table` ever held (inside the caller's transaction)."""

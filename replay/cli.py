@@ -182,6 +182,8 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   from replay import revisions
   from replay.capture import git_state
   if not captures: raise UsageMistake("the selection matched no captures")
+  from replay.shards import selection
+  chosen = selection(store, captures)   # stored with the policy: `replay merge` checks that shards are of one selection
   captures, shard = take_shard(captures, shard)
   if not captures: raise UsageMistake(f"shard {shard} of the selection is empty (fewer captures than shards)")
   head, _ = git_state()
@@ -201,7 +203,7 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   fields["policy"] = json.dumps({"expect_no_change": expect_no_change, "allow_incompatible": allow_incompatible, "max_changed": max_changed,
                                  "tolerances": options.tolerances, "fail_on_drift": fail_on_drift,
                                  "max_cost_increase": None if max_cost_increase is None else max_cost_increase / 100,
-                                 **({"guard": guard} if guard is not None else {})})
+                                 "selection": chosen, **({"guard": guard} if guard is not None else {})})
   try: result = replay_captures(store, captures, path, {"capture_run_id": capture_run, "head_commit": head, "argv": json.dumps(sys.argv), **fields}, options)
   except ValueError as e: raise click.UsageError(str(e)) from None
   except RuntimeError as e: raise HarnessError(str(e)) from None

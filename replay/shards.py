@@ -9,7 +9,7 @@ shard jobs followed by a merge job is in `.github/workflows/replay.yml`. Sits be
 through `db/` and reports through `replay/report.py`.
 """
 from __future__ import annotations
-import json, pathlib, re
+import hashlib, json, pathlib, re
 from dataclasses import dataclass, field
 from typing import Optional
 from replay import report as rpt
@@ -65,6 +65,8 @@ def load(path: str, replay_id: Optional[int] = None) -> ShardResult:
   replay = dict(doc.get("replay")) if isinstance(doc.get("replay"), dict) else {}
   replay["notes"] = doc.get("notes") or []
   if isinstance(replay.get("policy"), dict): replay["policy"] = json.dumps(replay["policy"])
+  if replay.get("policy") is not None and not isinstance(_normal(replay["policy"]), dict):
+    raise ShardError(f"{path}: its replay's policy is not a JSON object ({str(replay['policy'])[:60]})")
   outcomes = [o for o in doc.get("outcomes") or [] if isinstance(o, dict) and {"capture_id", "kind", "status"} <= o.keys()]
   outcomes = [{**o, "metrics": json.dumps(o.get("metrics") or {}), "location": o.get("location", ""), "name": o.get("name", "")} for o in outcomes]
   runs = [r for r in doc.get("capture_runs") or [] if isinstance(r, dict)]
@@ -88,17 +90,50 @@ def _run_ids(store, outcomes: list[dict]) -> set[int]:
 
 
 _SAME_ACROSS_SHARDS = ("capture_run_id", "base_commit", "head_commit", "policy")
+# compared on their own (the selection), or added to a shard's policy by its run: not part of the policy comparison
+_COMPARED_APART = ("selection", "stopped_early", "rerun_failures")
+
+
+def fingerprint(capture_ids) -> str:
+  """The identity of a selection of captures (their ids), as stored with every shard of it."""
+  return hashlib.sha256(",".join(map(str, sorted(capture_ids))).encode()).hexdigest()[:20]
+
+
+def selection(store, captures: list[dict]) -> dict:
+  """What a replay's policy records about the selection it was made from: the database, the fingerprint, the size."""
+  return {"database": store.identity(), "fingerprint": fingerprint(c["id"] for c in captures), "size": len(captures)}
+
+
+def _selection_of(result: "ShardResult") -> Optional[dict]:
+  policy = _normal(result.replay.get("policy"))
+  return policy.get("selection") if isinstance(policy, dict) and isinstance(policy.get("selection"), dict) else None
+
+
+def _check_one_selection(results: list["ShardResult"], count: int) -> None:
+  """The shards come from one database and one selection, hold disjoint captures, and (all present and finished)
+  cover the selection exactly once."""
+  first, chosen = results[0], _selection_of(results[0])
+  for other in results[1:]:
+    theirs = _selection_of(other)
+    for key, what in (("database", "databases"), ("fingerprint", "selections")):
+      if (chosen or {}).get(key) != (theirs or {}).get(key):
+        raise ShardError(f"{other.source} and {first.source} are not shards of one replay: they come from different {what}")
+  owner: dict[int, str] = {}
+  for r in results:
+    for o in r.outcomes:
+      if o.get("status") == "removed": continue   # a capture of the base's run, not of the selection
+      if (seen := owner.setdefault(o["capture_id"], r.source)) != r.source:
+        raise ShardError(f"{r.source} and {seen} both hold capture {o['capture_id']}: shards of one replay are disjoint")
+  finished = all(isinstance(r.replay.get("selected"), int) and r.replay["selected"] == sum(o.get("status") != "removed" for o in r.outcomes)
+                 for r in results)
+  if chosen and len(results) == count and finished and (len(owner) != chosen.get("size") or fingerprint(owner) != chosen.get("fingerprint")):
+    raise ShardError(f"the shards hold {len(owner)} captures that are not the {chosen.get('size')} of the selection they were made from")
 
 
 def merge(results: list[ShardResult]) -> rpt.Summary:
   """One summary of N shards: the outcomes of all, the policy they share, the notes of each (once)."""
   if not results: raise ShardError("no shard results to merge")
   first = results[0]
-  for other in results[1:]:
-    for key in _SAME_ACROSS_SHARDS:
-      if _normal(first.replay.get(key)) != _normal(other.replay.get(key)):
-        raise ShardError(f"{other.source} and {first.source} are not shards of one replay: their {key.replace('_', ' ')} differs "
-                         f"({other.replay.get(key)!r} vs {first.replay.get(key)!r})")
   counts = {r.shard[1] for r in results}
   if len(counts) > 1: raise ShardError(f"the shards split the captures differently: into {' and '.join(map(str, sorted(counts)))}")
   count = counts.pop()
@@ -107,6 +142,12 @@ def merge(results: list[ShardResult]) -> rpt.Summary:
     index = r.shard[0]
     if index in seen: raise ShardError(f"shard {index}/{count} is given twice ({seen[index]} and {r.source})")
     seen[index] = r.source
+  _check_one_selection(results, count)
+  for other in results[1:]:
+    for key in _SAME_ACROSS_SHARDS:
+      if _comparable(first.replay.get(key)) != _comparable(other.replay.get(key)):
+        raise ShardError(f"{other.source} and {first.source} are not shards of one replay: their {key.replace('_', ' ')} differs "
+                         f"({other.replay.get(key)!r} vs {first.replay.get(key)!r})")
   notes: list[str] = []
   for r in results:
     for note in _notes(r.replay):
@@ -122,6 +163,11 @@ def merge(results: list[ShardResult]) -> rpt.Summary:
   summary = rpt.Summary.from_row(merged_row, outcomes, [runs[i] for i in sorted(runs)])
   summary.missing_shards = sorted(set(range(1, count + 1)) - set(seen))
   return summary
+
+
+def _comparable(value):
+  value = _normal(value)
+  return {k: v for k, v in value.items() if k not in _COMPARED_APART} if isinstance(value, dict) else value
 
 
 def _normal(value):

@@ -89,3 +89,30 @@ def test_merge_refuses_results_that_are_not_shards_of_one_replay(captured, tmp_p
   assert proc.returncode == 2 and "no such file" in proc.stderr
   proc = cli("run", "--shard", "3/2", db=captured)
   assert proc.returncode == 2 and "between 1 and N" in proc.stderr
+
+
+def test_merge_proves_its_inputs_are_the_shards_of_one_replay(captured, tmp_path):
+  def shard(db, spec, *extra, name):
+    out = tmp_path / name
+    assert cli("run", "--shard", spec, *extra, "--format", "json", "--output", str(out), db=db).returncode == 0
+    return str(out)
+  # two databases with the same runs, heads and no base: their shards do not join
+  twin = tmp_path / "twin.db"
+  capture_workloads(twin, "ref_add_const", "ref_matmul_bias_relu", "ref_sum_axis0")
+  proc = cli("merge", shard(captured, "1/2", name="a1.json"), shard(twin, "2/2", name="b2.json"))
+  assert proc.returncode == 2 and "come from different databases" in proc.stderr, proc.stderr
+  # two selections of one database
+  proc = cli("merge", shard(captured, "1/2", "--kind", "exec", name="e1.json"), shard(captured, "2/2", "--kind", "kernel", name="k2.json"))
+  assert proc.returncode == 2 and "come from different selections" in proc.stderr, proc.stderr
+  # a forged shard that repeats shard 1's captures under another number
+  first, second = shard(captured, "1/3", name="s1.json"), shard(captured, "2/3", name="s2.json")
+  doc = json.loads(open(first).read())
+  doc["replay"]["shard"] = "3/3"
+  (tmp_path / "forged.json").write_text(json.dumps(doc))
+  proc = cli("merge", first, second, str(tmp_path / "forged.json"))
+  assert proc.returncode == 2 and "both hold capture" in proc.stderr, proc.stderr
+  # a shard file that is not the expected shape is a one-line usage error
+  doc["replay"]["policy"] = [1]
+  (tmp_path / "bad.json").write_text(json.dumps(doc))
+  proc = cli("merge", first, str(tmp_path / "bad.json"))
+  assert proc.returncode == 2 and "policy is not a JSON object" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
