@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -118,8 +118,13 @@ def _migrate_to_9(db: "sqlite_utils.Database") -> None:
   db["identity"].insert({"uuid": str(uuid.uuid4())})
 
 
+def _migrate_to_10(db: "sqlite_utils.Database") -> None:
+  """Runs count the captures their processes took but could not store: such a run is incomplete, not a success."""
+  db["runs"].add_column("lost", int)
+
+
 MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7, _migrate_to_8,
-              _migrate_to_9]
+              _migrate_to_9, _migrate_to_10]
 
 
 class Store:
@@ -272,11 +277,22 @@ class Store:
     """Remember which blobs the file already holds, so that a repeated capture skips compressing and inserting them."""
     if self.blob_count() <= limit: self._known_blobs.update(r[0] for r in self.conn.execute("SELECT sha256 FROM blobs"))
 
-  def add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes, output_data: bytes,
-                  flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None,
-                  shared_blobs: Optional[dict[str, bytes]] = None) -> int:
+  def add_capture(self, *args, **kwargs) -> int:
     """Store a capture with its input and output payloads, and `shared_blobs` (sha256 -> bytes: input buffers the
-    payload refers to by hash), all in one transaction; blobs the file already holds are not written again."""
+    payload refers to by hash), all in one transaction; blobs the file already holds are not written again. A blob
+    this process saw stored may be gone since (`replay prune` ran meanwhile): then every blob is written again."""
+    try: return self._add_capture(*args, **kwargs)
+    except sqlite3.IntegrityError:
+      self._known_blobs.clear()
+      return self._add_capture(*args, **kwargs)
+
+  def count_lost(self, run_id: int, n: int = 1) -> None:
+    """Record that a process of the run took `n` captures it could not store."""
+    with self.transaction(): self.conn.execute("UPDATE runs SET lost = coalesce(lost, 0) + ? WHERE id = ?", (n, run_id))
+
+  def _add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes, output_data: bytes,
+                   flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None,
+                   shared_blobs: Optional[dict[str, bytes]] = None) -> int:
     in_sha, out_sha = input_sha or self.blob_sha(input_data), self.blob_sha(output_data)
     if shared_blobs: return self._add_capture_with_shared(run_id, kind, key, name, location, input_data, output_data, flags, meta, in_sha, out_sha, shared_blobs)
     row = (run_id, kind, key, name, location, time.time(), in_sha, out_sha,

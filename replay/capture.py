@@ -207,7 +207,11 @@ class CapturePoint:
       if os.getpid() not in _WARNED:   # one warning per process, not one per capture
         _WARNED.append(os.getpid())
         print(f"replay capture: could not store a {self.kind} capture ({type(e).__name__}: {e}); further failures in this "
-              "process are not reported", file=sys.stderr)
+              "process are counted, not reported", file=sys.stderr)
+      try:   # the run counts what it lost, so that it ends as a failure (best effort: the database may be what failed)
+        store, run_id = SINK.get()
+        store.count_lost(run_id)
+      except Exception: pass
     return False
 
   def _store(self) -> None:

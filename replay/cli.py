@@ -99,6 +99,9 @@ def capture(cmd):
   code, run_id, counts = run_capture(list(cmd))
   if code != 0: click.echo(f"replay: the captured command exited with code {code}", err=True)
   if not sum(counts.values()): click.echo("replay: warning: the command captured nothing (does it use the compiler?)", err=True)
+  if code == 0 and (lost := (_store().run(run_id) or {}).get("lost")):
+    click.echo(f"replay: error: {lost} captures of run {run_id} could not be stored (see the warning above); the run is incomplete", err=True)
+    sys.exit(EXIT_HARNESS)
   sys.exit(code if code >= 0 else 128 - code)  # killed by a signal: the shell's convention
 
 
@@ -524,8 +527,11 @@ def prune(keep, older_than, worktrees, dry_run):
   store = _store()
   originals = [r for r in store.runs() if not r.get("rerun_of")]
   cutoff = time.time() - older_than * 86400 if older_than is not None else None
-  old = [r["id"] for r in originals[keep:] if cutoff is None or (r.get("started") or 0) < cutoff]
+  # a run still being captured (unfinished and started within a day) is never pruned: its writer is not done with it
+  live = {r["id"] for r in store.runs() if r.get("finished") is None and (r.get("started") or 0) > time.time() - 86400}
+  old = [r["id"] for r in originals[keep:] if (cutoff is None or (r.get("started") or 0) < cutoff) and r["id"] not in live]
   doomed = old + [r["id"] for r in store.runs() if r.get("rerun_of") in old]
+  if live: click.echo(f"replay: keeping run{'s' if len(live) > 1 else ''} {', '.join(map(str, sorted(live)))}: still being captured", err=True)
   from replay import revisions
   try: trees = revisions.cached_trees(revisions.repo_root()) if worktrees else []
   except RevisionError: trees = []

@@ -70,6 +70,7 @@ class Summary:
   def capture_problem(self) -> Optional[str]:
     """How a captured command failed, if one did: the captures then describe only part of the program."""
     for run in self.capture_runs:
+      if isinstance(run.get("lost"), int) and run["lost"] > 0: return f"{run['lost']} captures of run {run['id']} could not be stored"
       code = run.get("exit_code")
       if isinstance(code, int) and code < 0: return f"the captured command of run {run['id']} was killed by signal {-code}"
       if isinstance(code, int) and code > 0: return f"the captured command of run {run['id']} exited with code {code}"

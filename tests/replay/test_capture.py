@@ -237,3 +237,25 @@ def test_an_unusable_database_is_one_warning_per_process_and_one_line_under_pyte
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
   assert run.returncode != 0 and "INTERNALERROR" not in run.stdout + run.stderr
   assert "cannot use the replay database" in run.stdout + run.stderr
+
+
+def test_a_capture_run_that_could_not_store_captures_fails_and_says_how_many(tmp_path):
+  import subprocess, sys, textwrap
+  from tests.conftest import REPO
+  db = tmp_path / "r.db"
+  program = tmp_path / "p.py"
+  program.write_text(textwrap.dedent(f"""
+    import sqlite3
+    from scheduler import Tensor
+    (Tensor([1.0, 2.0]) + 1).realize()
+    with sqlite3.connect({str(db)!r}) as conn:   # from now on the database refuses new captures
+      conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON captures BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    (Tensor([1.0, 2.0]) * 3).realize()
+  """))
+  env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db)}
+  proc = subprocess.run([sys.executable, "-m", "replay", "capture", "--", sys.executable, str(program)], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 4 and "captures of run 1 could not be stored" in proc.stderr, proc.stderr
+  assert "could not store a" in proc.stderr   # the program's own one warning
+  report = subprocess.run([sys.executable, "-m", "replay", "run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert report.returncode == 4 and "could not be stored" in report.stdout, report.stdout

@@ -140,3 +140,17 @@ def test_run_and_replay_ids_are_never_given_out_twice_even_after_a_prune(tmp_pat
   s.delete_runs([second])   # the newest run and its replay go
   assert s.replay(replay) is None
   assert s.add_run(argv="[]") == second + 1 and s.add_replay(capture_run_id=first) == replay + 1
+
+
+def test_a_writer_restores_blobs_a_prune_removed_meanwhile(tmp_path):
+  path = str(tmp_path / "r.db")
+  writer, pruner = Store(path), Store(path)
+  run = writer.add_run(argv="[]")
+  writer.add_capture(run, "kernel", "k1", "n", "l", b"input", b"output", {})
+  old = pruner.add_run(argv="[]")
+  pruner.add_capture(old, "kernel", "k0", "n", "l", b"shared-in", b"shared-out", {})
+  writer.preload_blob_shas()            # the writer saw "shared-in" and "shared-out" stored...
+  pruner.delete_runs([old])             # ...and a prune removed them with the old run
+  writer.add_capture(run, "kernel", "k2", "n", "l", b"shared-in", b"shared-out", {})   # stored again, not lost
+  (cap,) = [c for c in writer.captures(run_ids=[run]) if c["key"] == "k2"]
+  assert writer.get_blob(cap["input_sha"]) == b"shared-in" and writer.get_blob(cap["output_sha"]) == b"shared-out"
