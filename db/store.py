@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -123,8 +123,16 @@ def _migrate_to_10(db: "sqlite_utils.Database") -> None:
   db["runs"].add_column("lost", int)
 
 
+def _migrate_to_11(db: "sqlite_utils.Database") -> None:
+  """An acceptance is scoped to the base it was made against: the same difference against another base (a reverted
+  experiment, another branch point) needs its own review."""
+  db["accepted"].add_column("base_commit", str)
+  db.execute("DROP INDEX IF EXISTS idx_accepted_kind_location_fingerprint")
+  db["accepted"].create_index(["kind", "location", "fingerprint", "base_commit"], unique=True)
+
+
 MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7, _migrate_to_8,
-              _migrate_to_9, _migrate_to_10]
+              _migrate_to_9, _migrate_to_10, _migrate_to_11]
 
 
 class Store:
@@ -432,12 +440,13 @@ class Store:
     return n
 
   def accept(self, entries: list[dict]) -> int:
-    """Record differences as expected ({kind, location, fingerprint, name, head_commit}); returns how many were new."""
+    """Record differences as expected ({kind, location, fingerprint, name, head_commit, base_commit}); returns how
+    many were new."""
     with self.transaction():
       before = self.conn.execute("SELECT count(*) FROM accepted").fetchone()[0]
       for e in entries:
-        self.conn.execute("INSERT OR IGNORE INTO accepted (kind, location, fingerprint, name, time, head_commit) VALUES (?,?,?,?,?,?)",
-                          (e["kind"], e["location"], e["fingerprint"], e.get("name", ""), time.time(), e.get("head_commit")))
+        self.conn.execute("INSERT OR IGNORE INTO accepted (kind, location, fingerprint, name, time, head_commit, base_commit) VALUES (?,?,?,?,?,?,?)",
+                          (e["kind"], e["location"], e["fingerprint"], e.get("name", ""), time.time(), e.get("head_commit"), e.get("base_commit")))
       return self.conn.execute("SELECT count(*) FROM accepted").fetchone()[0] - before
 
   def accepted(self) -> list[dict]: return list(self.db.query("SELECT * FROM accepted ORDER BY id"))

@@ -280,7 +280,7 @@ def _with_acceptances(store: Store, summary: rpt.Summary) -> rpt.Summary:
 
 def _with_acceptances_of(summary: rpt.Summary, stored: list[dict], also: frozenset = frozenset()) -> rpt.Summary:
   from replay import accept
-  try: summary.accepted = accept.accepted_keys(stored, _accept_file()) | also
+  try: summary.accepted = accept.accepted_keys(stored, _accept_file(), summary.replay.get("base_commit")) | also
   except accept.AcceptFileError as e: raise UsageMistake(str(e)) from None
   summary.mark_accepted()
   return summary
@@ -658,14 +658,17 @@ def accept(replay_id, ids, statuses, view_kinds, view_location, export):
   refused = [o for o in summary.shown() if o["status"] != "changed" and (not ids or o["capture_id"] in ids)]
   if not chosen and not export: raise UsageMistake("the selection has no kernel changes to accept" + (f" ({len(refused)} other outcomes: only "
                                                    "changes can be accepted)" if refused else ""))
-  new = store.accept(acc.entries(chosen, git_state()[0]))
+  base = summary.replay.get("base_commit")
+  new = store.accept(acc.entries(chosen, git_state()[0], base))
   click.echo(f"accepted {len(chosen)} changes ({new} new) of replay {summary.replay['id']}" + (f"; {len(refused)} mismatches/errors cannot be "
                                                                                                 "accepted" if refused else ""))
-  if export:
+  if export:   # only this replay's acceptances: stale ones (a reverted experiment, another base) are not committed by accident
     path = _accept_file()
-    try: acc.write_file(path, acc.read_file(path) + store.accepted())
+    current = {acc.key(o) for o in summary.outcomes if o["status"] == "changed"}
+    try: mine = [e for e in store.accepted() + acc.read_file(path) if acc.applies(e, base) and (e["kind"], e["location"], e["fingerprint"]) in current]
     except acc.AcceptFileError as e: raise UsageMistake(str(e)) from None
-    click.echo(f"wrote {len(acc.read_file(path))} accepted changes to {path} (commit it with the change)")
+    acc.write_file(path, mine)
+    click.echo(f"wrote {len(acc.read_file(path))} accepted changes of replay {summary.replay['id']} to {path} (commit it with the change)")
 
 
 @cli.command()
@@ -689,7 +692,7 @@ def review(replay_id):
       echo_report(rpt.render_group(group, max_lines=None), "text", page=True)
     if choice == "q": break
     if choice == "a":
-      store.accept(acc.entries(group, git_state()[0]))
+      store.accept(acc.entries(group, git_state()[0], summary.replay.get("base_commit")))
       accepted += len(group)
   click.echo(f"accepted {accepted} changes; `replay accept --export` writes them to the file to commit")
 

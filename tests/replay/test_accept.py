@@ -2,7 +2,8 @@
 capture of the same change), still fails changes nobody accepted and never accepts a mismatch; review walks them."""
 import json
 import pytest
-from tests.replay.conftest import cli, capture_workloads, commit_on_a, edit, NO_REALIZE_EXPAND
+from db import Store
+from tests.replay.conftest import cli, capture_workloads, commit_on_a, edit, git, NO_REALIZE_EXPAND
 from tests.replay.test_revisions_e2e import WORKLOADS
 from scheduler.device import find_c_compiler
 
@@ -32,6 +33,20 @@ def test_accepted_changes_pass_a_no_change_promise_and_survive_a_new_capture(rep
   fresh = tmp_path / "fresh.db"
   capture_workloads(fresh, *WORKLOADS, cwd=repo)
   assert cli("diff", "--base", "main", "--expect-no-change", db=fresh, cwd=repo, env_extra=env).returncode == 0
+  assert all(e["base_commit"] == git(repo, "rev-parse", "main") for e in saved["accepted"])
+  # scoped to the base: the same differences against another base need their own review
+  git(repo, "branch", "-f", "other-base", "main"); git(repo, "checkout", "-q", "other-base")
+  (repo / "NOTES.md").write_text("another base\n"); git(repo, "add", "NOTES.md"); git(repo, "commit", "-qm", "another base")
+  git(repo, "checkout", "-q", "accept-expand")
+  elsewhere = cli("diff", "--base", "other-base", "--expect-no-change", db=fresh, cwd=repo, env_extra=env)
+  assert elsewhere.returncode == 1 and "accepted)" not in elsewhere.stdout, elsewhere.stdout
+  # --export writes only the acceptances of the replay at hand: a stale one in the database is not committed
+  s = Store(str(db))
+  s.accept([{"kind": "schedule", "location": "a reverted experiment", "fingerprint": "0" * 20, "base_commit": saved["accepted"][0]["base_commit"]}])
+  assert cli("diff", "--base", "main", db=db, cwd=repo, env_extra=env).returncode == 0
+  assert cli("accept", "--export", db=db, cwd=repo, env_extra=env).returncode == 0
+  again_saved = json.loads((tmp_path / "accepted.json").read_text())
+  assert not any(e["location"] == "a reverted experiment" for e in again_saved["accepted"]) and again_saved["accepted"]
   # a broken file is a clear usage error
   (tmp_path / "accepted.json").write_text("{not json")
   bad = cli("report", db=fresh, cwd=repo, env_extra=env)
