@@ -181,6 +181,26 @@ class Creation:
     return cls._symmetric(shape, 1.0, **kwargs).mul((6 / fan_sum) ** 0.5)
 
   @classmethod
+  def kaiming_normal(cls, *shape, a: float = 0.01, **kwargs):
+    fan_in = prod(argfix(*shape)[1:])
+    return cls.normal(*shape, std=math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(fan_in), **kwargs)
+
+  @classmethod
+  def normal(cls, *shape, mean=0.0, std=1.0, requires_grad: Optional[bool] = None, **kwargs):
+    return ((std * cls.randn(*shape, **kwargs)) + mean).requires_grad_(requires_grad)
+
+  @classmethod
+  def linspace(cls, start, stop, steps: int, **kwargs):
+    """`steps` values from start to stop (both included), evenly spaced; stop exactly at the end."""
+    if steps < 0: raise ValueError("number of steps must be non-negative")
+    dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if steps == 0: return cls([], dtype=dtype, **kwargs)
+    if steps == 1: return cls([start], dtype=dtype, **kwargs)
+    step = (stop - start) / (steps - 1)
+    values = cls.arange(steps, dtype=dtypes.default_float, **kwargs) * step + start
+    return (cls.arange(steps, **kwargs) == steps - 1).where(stop, values).cast(dtype)
+
+  @classmethod
   def kaiming_uniform(cls, *shape, a: float = 0.01, **kwargs):
     fan_in = prod(argfix(*shape)[1:])
     gain = math.sqrt(2.0 / (1 + a ** 2))

@@ -87,6 +87,44 @@ class Elementwise:
     positive, upper, lower = _sides(self * beta)
     return (1 / beta) * positive.where(upper + (1 + (-upper).exp()).log(), (1 + lower.exp()).log())
 
+  def hardtanh(self, min_val=-1, max_val=1): return self.clip(min_val, max_val)
+  def hardswish(self): return self * (self + 3).relu6() * (1 / 6)
+  def softsign(self): return self / (1 + self.abs())
+
+  def celu(self, alpha=1.0):
+    """max(0, x) + min(0, alpha * (e^(x / alpha) - 1))."""
+    return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+
+  def selu(self, alpha=1.67326, gamma=1.0507):
+    """gamma * (x above or at 0, alpha * (e^x - 1) below)."""
+    return gamma * (self >= 0).detach().where(self, alpha * (self.exp() - 1))
+
+  def erf(self):
+    """The error function by Abramowitz and Stegun's rational approximation 7.1.26 (absolute error below 1.5e-7):
+    1 - t (a1 + t (a2 + ... t a5)) e^(-x^2) with t = 1 / (1 + p |x|), odd in x."""
+    t = 1.0 / (1.0 + 0.3275911 * self.abs())
+    series = 0.0
+    for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592): series = a + t * series
+    return self.sign() * (1.0 - t * series * (-self.square()).exp())
+
+  def isnan(self): return self != self
+  def isinf(self, detect_positive=True, detect_negative=True):
+    return ((self == float("inf")) & bool(detect_positive)) | ((self == float("-inf")) & bool(detect_negative))
+
+  def lerp(self, end, weight): return self + (end - self) * weight
+
+  def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|self - other| <= atol + rtol |other| elementwise, exact equality included (so infinities of one sign are
+    close); NaNs are close to each other only with `equal_nan`."""
+    bound = atol + rtol * (other.abs() if isinstance(other, TensorBase) else abs(other))
+    gap = (self - other).abs()
+    # x <= y is not(x > y), which is true for NaN: compare both ways; an infinite gap (inf vs -inf) is never within
+    within = ((gap < bound) | (gap == bound)) & (gap != float("inf"))
+    close = (self == other) | within
+    if not equal_nan: return close
+    other_nan = other.isnan() if isinstance(other, TensorBase) else math.isnan(other)
+    return close | (self.isnan() & other_nan)
+
   # ***** binary *****
 
   def sub(self, x, reverse=False):

@@ -346,6 +346,27 @@ class Movement:
     """Reshape: axes [start, stop) replaced by `middle`."""
     return self.reshape((*self.shape[:start], *middle, *self.shape[stop:]))
 
+  def roll(self, shifts, dims):
+    """Elements shifted along `dims` by `shifts` (ints or tuples of ints), wrapping around."""
+    shifts, dims = (shifts, dims) if isinstance(shifts, (tuple, list)) else ((shifts,), (dims,))
+    if len(shifts) != len(dims): raise RuntimeError(f"shifts {shifts} and dims {dims} must have the same length")
+    out = self
+    for shift, dim in zip(shifts, dims):
+      dim = out._resolve_dim(dim)
+      size = out.shape[dim]
+      if size == 0 or shift % size == 0: continue
+      cut = size - shift % size
+      out = out.shrink(tuple((cut, size) if d == dim else None for d in range(out.ndim))).cat(
+        out.shrink(tuple((0, cut) if d == dim else None for d in range(out.ndim))), dim=dim)
+    return out
+
+  def repeat_interleave(self, repeats: int, dim=None):
+    """Each element `repeats` times in a row along `dim` (the flattened tensor when None)."""
+    x, dim = (self.flatten(), 0) if dim is None else (self, self._resolve_dim(dim))
+    shape = x.shape
+    spread = x.reshape(*shape[:dim + 1], 1, *shape[dim + 1:]).expand(*shape[:dim + 1], repeats, *shape[dim + 1:])
+    return spread.reshape(*shape[:dim], shape[dim] * repeats, *shape[dim + 1:])
+
   def flatten(self, start_dim=0, end_dim=-1):
     start, end = self._resolve_dim(start_dim), self._resolve_dim(end_dim) + 1
     return self._with_axes(start, end, (prod(self.shape[start:end]),))

@@ -78,6 +78,9 @@ class Reduce:
 
   def std(self, axis=None, keepdim=False, correction=1): return self.var(axis=axis, keepdim=keepdim, correction=correction).sqrt()
 
+  def std_mean(self, axis=None, keepdim=False, correction=1):
+    return self.std(axis=axis, keepdim=keepdim, correction=correction), self.mean(axis=axis, keepdim=keepdim)
+
   # ***** softmax family *****
 
   def _shifted_exp(self, axis, dtype=None):
@@ -135,6 +138,20 @@ class Reduce:
 
   def cummax(self, axis: int = 0): return self._split_cumalu(axis=axis, op=Ops.MAX)
   def cumsum(self, axis: int = 0): return self._split_cumalu(axis=axis, op=Ops.ADD)
+
+  def logcumsumexp(self, axis: int = 0):
+    """log of the running sum of e^x along `axis`: element i is the logsumexp of elements 0..i, each shifted by its
+    own maximum (one shift for the whole axis would lose small prefixes next to a large later value)."""
+    if self.ndim == 0: return self
+    axis = self._resolve_dim(axis)
+    x = self.transpose(axis, -1) if axis != self.ndim - 1 else self
+    n = x.shape[-1]
+    prefixes = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)   # row i holds the whole axis; keep j <= i
+    kept = type(self).ones(n, n, dtype=dtypes.bool, device=self.device).tril()
+    peak = kept.where(prefixes, float("-inf")).max(-1, keepdim=True).detach()
+    peak = peak.isinf().where(0, peak)   # a prefix of -inf (or +inf): shift by nothing
+    out = (kept.where((prefixes - peak).exp(), 0).sum(-1, keepdim=True).log() + peak).squeeze(-1)
+    return out.transpose(axis, -1) if axis != self.ndim - 1 else out
 
   def _split_cumalu(self, axis: int, op: Ops):
     """Long axes work in blocks: cumulate inside each block, then add (or max) the running totals of the
