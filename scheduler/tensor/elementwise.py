@@ -170,7 +170,7 @@ class Elementwise:
       if x == 1: return self * 1
       if x == 0.5: return self.sqrt()
       if x == -1: return self.reciprocal()
-      if isinstance(x, int) and 1 < x <= 4: return functools.reduce(lambda a, b: a * b, [self] * x)
+      if isinstance(x, int) and x > 1: return _power_by_squaring(self, x)   # x**2 one MUL, x**8 three
       if x == -0.5: return self.rsqrt()
       # at a base of 0 the log/exp path has 0/0 in its gradient: there, take a function with the same value and the
       # one-sided derivative of x^c (0 for c > 1, +inf for 0 < c < 1 like sqrt, -inf for c < 0 like rsqrt)
@@ -181,6 +181,7 @@ class Elementwise:
       if x < 0 and not (x == int(x) and int(x) % 2):   # (-0.0) ** c is +inf unless c is an odd integer
         near_zero = near_zero * (zero.reciprocal() < 0).detach().where(-1, 1)
       return at_zero.where(near_zero, general)
+    if reverse and not isinstance(x, TensorBase) and x == 2: return self.exp2()   # 2 ** t is one EXP2
     return self._pow_by_logs(x, reverse)
 
   def _pow_by_logs(self, x, reverse=False):
@@ -279,6 +280,15 @@ def _on_magnitude(x, rounding):
 def _trunc(x):
   """Toward zero through an integer cast of |x| (see `_on_magnitude`)."""
   return _on_magnitude(x, _cast_toward_zero) if dtypes.is_float(x.dtype) else x
+
+
+def _power_by_squaring(x, n: int):
+  """x ** n for an integer n > 1 in O(log n) multiplies."""
+  result = None
+  while n > 1:
+    if n & 1: result = x if result is None else result * x
+    x, n = x * x, n >> 1
+  return x if result is None else result * x
 
 
 def _sides(x):

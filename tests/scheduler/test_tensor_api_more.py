@@ -99,3 +99,24 @@ def test_normal_and_kaiming_normal_have_their_moments():
   assert x.shape == (200, 100) and abs(x.mean() + 2.0) < 0.06 and abs(x.std() - 3.0) < 0.06   # 20,000 draws: 5 standard errors
   w = Tensor.kaiming_normal(256, 64, a=0.0).numpy()
   assert abs(w.std() - math.sqrt(2.0 / 64)) < 0.01 and abs(w.mean()) < 0.01
+
+
+@pytest.mark.parametrize("n, muls", [(2, 1), (3, 2), (4, 2), (8, 3), (13, 5)])
+def test_integer_powers_multiply_by_squaring(n, muls):
+  from scheduler.ops import Ops
+  base = np.array([1.5, -2.0, 0.0, 3.0, -0.5], np.float32)
+  (kernel,) = [si for si in (Tensor(base) ** n).schedule() if si.ast.op is Ops.SINK]
+  assert sum(u.op is Ops.MUL for u in kernel.ast.toposort) == muls
+  close(Tensor(base) ** n, base.astype(np.float64) ** n, rtol=1e-6)
+  close(Tensor(base.astype(np.int32) + 1) ** n, (base.astype(np.int32) + 1) ** n)   # ints stay ints
+  x = Tensor(base.astype(np.float64), requires_grad=True)
+  (x ** n).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), n * base.astype(np.float64) ** (n - 1), rtol=1e-12)
+
+
+def test_two_to_the_x_is_one_exp2():
+  from scheduler.ops import Ops
+  exponent = np.array([0.5, 3.0, -1.0, -126.0], np.float32)
+  (kernel,) = [si for si in (2 ** Tensor(exponent)).schedule() if si.ast.op is Ops.SINK]
+  assert [u.op for u in kernel.ast.toposort if u.op in (Ops.EXP2, Ops.LOG2)] == [Ops.EXP2]
+  close(2 ** Tensor(exponent), np.exp2(exponent.astype(np.float64)))
