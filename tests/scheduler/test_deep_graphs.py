@@ -107,3 +107,21 @@ def test_a_deep_program_is_captured_and_replays_the_same(tmp_path):
   assert replayed.returncode == 0 and "OK: all 3 captures replay the same" in replayed.stdout, replayed.stdout + replayed.stderr[-2000:]
   shown = run("show", "1")
   assert shown.returncode == 0 and "[4000] " in shown.stdout   # deep ASTs print with the depth written out
+
+
+def test_pointing_live_tensors_at_results_walks_their_graphs_once():
+  from scheduler.tensor import base
+  a = Tensor.ones(4).contiguous()
+  chain = [a]
+  for _ in range(2000): chain.append(chain[-1] + 1)   # 2,000 live tensors, each graph containing the one before
+  visited = []
+  real = base._reaches
+  def counting(roots, targets):
+    out = real(roots, targets)
+    visited.append(len(out))
+    return out
+  base._reaches = counting
+  try: chain[-1].realize()
+  finally: base._reaches = real
+  assert visited and max(visited) < 20_000   # linear in the union of the live graphs (a walk per tensor: ~4,000,000)
+  assert chain[-1].lazydata.base.op is Ops.BUFFER and chain[1000].numpy()[0] == 1001.0
