@@ -260,10 +260,10 @@ def _end_to_end(store: Store, captures: list[dict], replay_id: int, base_sha: st
     if status != "removed": return cid in selected
     return whole or ((theirs := store.capture(cid)) is not None and (theirs["kind"], theirs["location"]) in scope)
   outcomes.merge(store, replay_id, ((cid, c.status, c.diff) for cid, c in found.results.items() if in_scope(cid, c.status)))
-  if found.failures:   # the verdict fails (4): the end-to-end step did not finish
+  if found.failures or found.incompatible:   # the verdict fails (4): the step did not finish, or the base cannot run it
     policy = json.loads(store.replay(replay_id).get("policy") or "{}")
-    store.set_replay_policy(replay_id, json.dumps({**policy, "rerun_failures": found.failures}))
-  return found.notes + found.failures
+    store.set_replay_policy(replay_id, json.dumps({**policy, "rerun_failures": found.failures, "rerun_incompatible": found.incompatible}))
+  return found.notes + found.failures + found.incompatible
 
 
 def _accept_file() -> pathlib.Path:

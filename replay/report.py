@@ -54,6 +54,7 @@ class Summary:
   explanations: dict = field(default_factory=dict)     # capture id -> the rule attribution of `--why` (replay/why.py)
   guard: Optional[dict] = None   # the gate's measure of which changed lines ran (replay/coverage_check.py Guard.to_json)
   rerun_failures: list = field(default_factory=list)   # end-to-end reruns that failed twice (replay/rerun.py)
+  rerun_incompatible: list = field(default_factory=list)   # the base raised on the program twice: it cannot run it
 
   @staticmethod
   def from_row(replay: dict, outcomes: list[dict], capture_runs: Optional[list] = None) -> "Summary":
@@ -63,9 +64,10 @@ class Summary:
     if not isinstance(policy, dict): policy = {}
     guard = policy.get("guard") if isinstance(policy.get("guard"), dict) else None
     failures = policy.get("rerun_failures") if isinstance(policy.get("rerun_failures"), list) else []
+    incompatible = policy.get("rerun_incompatible") if isinstance(policy.get("rerun_incompatible"), list) else []
     return Summary(replay, outcomes, bool(policy.get("expect_no_change")), bool(policy.get("allow_incompatible")), list(capture_runs or []),
                    bool(policy.get("fail_on_drift")), _fraction(policy.get("max_cost_increase")), guard=guard,
-                   rerun_failures=[clean(f) for f in failures])
+                   rerun_failures=[clean(f) for f in failures], rerun_incompatible=[clean(f) for f in incompatible])
 
   def capture_problem(self) -> Optional[str]:
     """How a captured command failed, if one did: the captures then describe only part of the program."""
@@ -110,6 +112,8 @@ class Summary:
       return EXIT_HARNESS, f"FAIL: {problem}, so its captures are incomplete; the replay of what was captured: {line}"
     if self.rerun_failures:
       return EXIT_HARNESS, f"FAIL: {self.rerun_failures[0]}; the end-to-end comparison is incomplete; so far: {line}"
+    if self.rerun_incompatible and not self.allow_incompatible:
+      return EXIT_HARNESS, f"FAIL: {self.rerun_incompatible[0]} (--allow-incompatible lets this through); {line}"
     if self.missing_shards:
       return EXIT_HARNESS, f"INCOMPLETE: shard{'s' if len(self.missing_shards) > 1 else ''} {', '.join(map(str, self.missing_shards))} missing from the merge; the shards given: {line}"
     if (missing := self.missing()):

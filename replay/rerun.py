@@ -43,6 +43,7 @@ class EndToEnd:
   results: dict[int, Comparison] = field(default_factory=dict)   # capture id -> comparison with its base counterpart
   notes: list[str] = field(default_factory=list)
   failures: list[str] = field(default_factory=list)   # reruns that failed twice: the end-to-end step did not finish
+  incompatible: list[str] = field(default_factory=list)   # the base raised on the program twice: it cannot run it
 
 
 def command_of(run: dict) -> tuple[list[str], str, dict[str, str]]:
@@ -225,6 +226,12 @@ def end_to_end(store: Store, run_ids: list[int], base_label: str, base_root: str
       echo(f"replay: end to end: the command failed with {label} (exit {first.exit_code}, see {first.log}); running it once more...")
       second = run_again(store, run, label, root, sut, log_dir)
       if second.exit_code == 0: return second, True
+      if root is not None and all(isinstance(r.exit_code, int) and r.exit_code > 0 for r in (first, second)):
+        # the base raised, the same way twice: the program needs something the base does not have (an op this change
+        # adds, say). That is an incompatibility, not a crash: what the base's run captured is compared
+        found.incompatible.append(f"the command of run {run_id} fails with {label} (exit {second.exit_code}, twice; see {second.log}): "
+                                  "the base cannot run this program, so what it did not capture is reported added")
+        return second, True
       found.failures.append(f"the command of run {run_id} failed twice with {label} (exit {first.exit_code}, then {second.exit_code}; see "
                             f"{second.log}), so its captures were not compared with that run")
       return second, False

@@ -124,3 +124,21 @@ def test_a_rerun_that_crashes_is_retried_once_and_never_makes_captures_nondeterm
   assert "nondeterministic" not in proc.stdout.split("\n", 3)[3], proc.stdout   # (beyond the table's header)
   assert "running it once more" in proc.stderr
   if code: assert "failed twice with main" in proc.stdout and "end-to-end comparison is incomplete" in proc.stdout, proc.stdout
+
+
+def test_a_program_the_base_cannot_run_is_incompatible_not_a_crash(repo, tmp_path):
+  # head adds a Tensor method and the program calls it: the base raises AttributeError, the same way twice
+  commit_on_a(repo, "new-method", lambda r: edit(r, "scheduler/tensor/elementwise.py", "  def hardtanh(self, min_val=-1, max_val=1):",
+                                                 "  def twice(self): return self * 2\n\n  def hardtanh(self, min_val=-1, max_val=1):"))
+  program = repo / "uses_new.py"   # in the tree, so that it imports the tree's compiler
+  program.write_text("from scheduler import Tensor\nprint((Tensor([1.0, 2.0]) + 1).realize().numpy())\n"
+                     "print(Tensor([1.0, 2.0]).twice().realize().numpy())\n")
+  db = tmp_path / "r.db"
+  captured = cli("capture", "--", sys.executable, str(program), db=db, cwd=repo)
+  assert captured.returncode == 0, captured.stderr
+  proc = cli("diff", "--base", "main", "--rerun", db=db, cwd=repo)
+  assert proc.returncode == 4 and "the base cannot run this program" in proc.stdout and "--allow-incompatible lets this through" in proc.stdout, proc.stdout
+  allowed = cli("diff", "--base", "main", "--rerun", "--allow-incompatible", db=db, cwd=repo)
+  assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+  st = statuses(allowed.stdout)
+  assert st["exec"]["added"] >= 1 and st["exec"]["same"] >= 1 and "nondeterministic" not in allowed.stdout.split("\n", 3)[3]
