@@ -40,8 +40,8 @@ def _is_docstring(node: ast.AST) -> bool:
 
 def _sites(tree: ast.Module, lines: set[int]) -> tuple[dict[int, ast.AST], set[int], set[int], set[int]]:
   """Each changed line's probe site (the innermost function-body statement, lambda or function header holding it),
-  the changed lines inside module-level or class-level statements only, docstring lines (not code), and the
-  changed import statements of module level (they ran if the module loaded: a wrong one fails every capture)."""
+  the changed lines inside module-level or class-level statements only, docstring and raise lines (not guarded),
+  and the changed import statements of module level (they ran if the module loaded: a wrong one fails every capture)."""
   site: dict[int, ast.AST] = {}
   toplevel: set[int] = set()
   docs: set[int] = set()
@@ -58,6 +58,13 @@ def _sites(tree: ast.Module, lines: set[int]) -> tuple[dict[int, ast.AST], set[i
   def visit(node: ast.AST, in_function: bool) -> None:
     if isinstance(node, ast.stmt) and _is_docstring(node):
       docs.update(range(node.lineno, node.end_lineno + 1))
+      return
+    if isinstance(node, ast.Raise):   # an error path: no capture computes through it (its condition is probed)
+      for line in range(node.lineno, node.end_lineno + 1):
+        held = site.get(line)
+        if isinstance(held, ast.stmt) and held.lineno == line: continue   # `if c: raise X`: the test runs
+        site.pop(line, None)
+        docs.add(line)
       return
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
       first = min([d.lineno for d in node.decorator_list] + [node.lineno])
@@ -80,6 +87,14 @@ def _sites(tree: ast.Module, lines: set[int]) -> tuple[dict[int, ast.AST], set[i
     for child in ast.iter_child_nodes(node): visit(child, in_function)
 
   for statement in tree.body: visit(statement, False)
+  # a module-level line that names a function of the module (a rule table's entry, a dispatch dict) counts as run
+  # when that function runs: a capture used the entry
+  functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+  for statement in tree.body:
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)): continue
+    for node in ast.walk(statement):
+      if isinstance(node, ast.Name) and node.id in functions and node.lineno in lines and node.lineno not in site:
+        site[node.lineno] = ("header", functions[node.id])
   return site, toplevel, docs, loads
 
 
@@ -98,7 +113,8 @@ def _code_lines(source: str) -> set[int]:
   skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
   try:
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-      if tok.type not in skip: out.update(range(tok.start[0], tok.end[0] + 1))
+      if tok.type in skip or (tok.type == tokenize.OP and tok.string in ")]},:"): continue   # a closing line is no code
+      out.update(range(tok.start[0], tok.end[0] + 1))
   except (tokenize.TokenError, SyntaxError): pass
   return out
 

@@ -49,7 +49,7 @@ def test_the_plan_sorts_lines_into_runtime_import_only_and_not_code():
   # an import (run when the module loads), the lambda of a table entry, a def line, function-body statements, a method
   assert plan.runtime == [3, 5, 10, 14, 15, 16, 17, 18, 20, 24]
   # the rest of the table, constants, the class body run only at import; docstrings, comments, blank lines are not code
-  assert plan.import_only == [4, 6, 7, 8, 22, 23]
+  assert plan.import_only == [4, 6, 8, 22, 23]   # (7 closes the table: no code)
 
 
 def test_probes_fire_when_the_code_runs_not_when_the_module_is_imported():
@@ -139,3 +139,30 @@ def test_a_gradient_table_entry_is_guarded_by_the_command_that_runs_it_and_a_con
   commit_on_a(repo, "threshold", lambda r: edit(r, "scheduler/codegen/lowerer.py", "UPCAST_MIN_WORK = 1 << 20", "UPCAST_MIN_WORK = 1 << 21"))
   proc = cli("gate", "--base", "main", *GATE_CMD, db=tmp_path / "c.db", cwd=repo)
   assert proc.returncode == 1 and "1 of them run only while their module is imported" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_error_paths_are_not_guarded_and_a_table_entry_naming_a_function_runs_with_it():
+  source = textwrap.dedent('''
+    def fold(x):
+      if x < 0: raise ValueError("negative")
+      if x > 100:
+        raise ValueError("too big")
+      return x + 1
+
+    def unused(x): return x
+
+    RULES = [
+      ("fold", fold),
+      ("unused", unused),
+      ("constant", 3),
+    ]
+  ''')
+  plan = probes.plan_file(source, set(range(1, 15)))
+  assert 3 in plan.runtime and 5 not in plan.runtime + plan.import_only   # `if ...: raise` is probed at its test; a lone raise is exempt
+  assert {11, 12} <= set(plan.runtime) and 13 in plan.import_only
+  code, _ = probes.instrument(source.encode(), "/x/r.py", "r.py", {11, 12, 13})
+  hits = []
+  namespace = {probes.PROBE_NAME: lambda path, lines: hits.append(lines)}
+  exec(code, namespace)
+  namespace["RULES"][0][1](5)
+  assert hits == [(11,)]   # the entry naming `fold` ran with it; the one naming `unused` did not
