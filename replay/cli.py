@@ -852,7 +852,7 @@ def gate(base, merge_base, expect_no_change, allow_incompatible, jobs, timeout, 
     summary = do_replay(store, store.captures(run_ids=[run_id]), run_id, base, merge_base, jobs, timeout, None, None, None,
                         expect_no_change or promised, allow_incompatible, rerun=rerun, fail_on_drift=fail_on_drift,
                         max_cost_increase=max_cost_increase, base_runs={run_id: base_run} if base_run else None, extra_notes=failure_notes,
-                        guard=_guard_policy(guard, root, allow_unguarded))
+                        guard=_guard_policy(guard, sha, root, allow_unguarded))
   finally:
     if base_run is not None: base_run.kill()
   exit_code = finish(store, summary, "text", None)
@@ -875,12 +875,28 @@ def _plan_guard(sha: str, root: pathlib.Path):
   return guard, _probe_env(pathlib.Path(folder.name), guard, boot=True), folder
 
 
-def _guard_policy(guard, root: pathlib.Path, allow_unguarded: bool) -> Optional[dict]:
+def _flags_with_the_same_default(names: set[str], sha: str, root: pathlib.Path) -> set[str]:
+  """Which of the flags `names` have the same default in the current tree and at `sha` (asked in a process that
+  imports the base's compiler)."""
+  from replay import isolation, revisions
+  from replay.capture import flag_defaults_json
+  here = json.loads(flag_defaults_json())
+  overlay = str(revisions.overlay(sha, root))
+  env = {**os.environ, "PYTHONPATH": overlay, isolation.ROOT_ENV: overlay, isolation.PACKAGES_ENV: ",".join(revisions.sut_packages())}
+  code = "import json\nfrom replay import isolation\nisolation.install()\nfrom replay.replayers import flag_defaults\nprint(json.dumps(flag_defaults()))"
+  proc = subprocess.run([sys.executable, "-c", code], cwd=overlay, env=env, capture_output=True, text=True, timeout=120)
+  try: there = json.loads(proc.stdout.strip().splitlines()[-1]) or {}
+  except (ValueError, IndexError): return set()
+  return {name for name in names if name in here and name in there and here[name] == there[name]}
+
+
+def _guard_policy(guard, sha: str, root: pathlib.Path, allow_unguarded: bool) -> Optional[dict]:
   """What the replay stores about the guard of the change, with the threshold and whether unguarded lines may pass."""
   if guard is None: return None
   from replay import coverage_check
   try: limit = coverage_check.threshold(root)
   except RevisionError as e: raise UsageMistake(str(e)) from None
+  if guard.flags(): guard.settle_flags(_flags_with_the_same_default(guard.flags(), sha, root))
   allowed, where = (True, "--allow-unguarded") if allow_unguarded else marked(coverage_check.ALLOW_MARKER)
   if allowed and guard.unguarded(): click.echo(f"replay gate: unguarded changed lines allowed by {where}", err=True)
   return {**guard.to_json(), "threshold": limit, "allowed": allowed}

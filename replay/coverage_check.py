@@ -70,6 +70,16 @@ class Guard:
 
   def import_only(self) -> dict[str, list[int]]: return {path: p.import_only for path, p in self.plans.items() if p.import_only}
 
+  def flags(self) -> set[str]: return {name for p in self.plans.values() for name in p.flags.values()}
+
+  def settle_flags(self, unchanged: set[str]) -> None:
+    """A changed line that defines a flag whose default is the same at the base (a restatement) changes nothing a
+    capture could see: it is no longer counted. A flag whose default did change stays unguarded."""
+    for p in self.plans.values():
+      settled = {line for line, name in p.flags.items() if name in unchanged}
+      p.import_only = [line for line in p.import_only if line not in settled]
+      p.flags = {line: name for line, name in p.flags.items() if line not in settled}
+
   def to_json(self) -> dict:
     return {"executable": self.executable(), "percent": round(self.percent(), 2), "unguarded": self.unguarded(),
             "import_only": self.import_only()}

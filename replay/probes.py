@@ -32,6 +32,7 @@ PROBE_NAME = "__replay_probe__"
 class FilePlan:
   runtime: list[int] = field(default_factory=list)       # changed lines a probe can see run after import
   import_only: list[int] = field(default_factory=list)   # changed lines that run only while the module is imported
+  flags: dict[int, str] = field(default_factory=dict)    # import-only lines that define a compiler flag: line -> name
 
 
 def _is_docstring(node: ast.AST) -> bool:
@@ -104,7 +105,20 @@ def plan_file(source: str, lines: set[int]) -> FilePlan:
   try: tree = ast.parse(source)
   except SyntaxError: return FilePlan(import_only=sorted(lines))   # cannot be compiled: nothing of it can run
   site, toplevel, docs, loads = _sites(tree, lines)
-  return FilePlan(runtime=sorted(set(site) | loads), import_only=sorted((lines & toplevel & _code_lines(source)) - set(site) - docs - loads))
+  import_only = sorted((lines & toplevel & _code_lines(source)) - set(site) - docs - loads)
+  return FilePlan(runtime=sorted(set(site) | loads), import_only=import_only, flags=_flag_lines(tree, set(import_only)))
+
+
+def _flag_lines(tree: ast.Module, lines: set[int]) -> dict[int, str]:
+  """The lines among `lines` of module-level `NAME = ContextVar("NAME", default)` statements: line -> flag name."""
+  out = {}
+  for statement in tree.body:
+    value = getattr(statement, "value", None)
+    if not (isinstance(statement, ast.Assign) and isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+            and value.func.id == "ContextVar" and value.args and isinstance(value.args[0], ast.Constant) and isinstance(value.args[0].value, str)):
+      continue
+    out.update({line: value.args[0].value for line in range(statement.lineno, statement.end_lineno + 1) if line in lines})
+  return out
 
 
 def _code_lines(source: str) -> set[int]:

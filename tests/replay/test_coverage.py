@@ -166,3 +166,16 @@ def test_error_paths_are_not_guarded_and_a_table_entry_naming_a_function_runs_wi
   exec(code, namespace)
   namespace["RULES"][0][1](5)
   assert hits == [(11,)]   # the entry naming `fold` ran with it; the one naming `unused` did not
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
+def test_refactors_stay_silent_restating_a_flag_renaming_a_rule_and_rewording_an_error(repo, tmp_path):
+  def refactor(r):
+    edit(r, "scheduler/helpers.py", 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)', 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", int(False))')
+    text = (r / "scheduler" / "symbolic.py").read_text()
+    (r / "scheduler" / "symbolic.py").write_text(text.replace("_fold_nested", "_fold_repeated_op"))
+    edit(r, "scheduler/shape/view.py", 'raise ValueError(f"invalid shrink {arg} for {self.shape}")', 'raise ValueError(f"shrink {arg} does not fit {self.shape}")')
+  commit_on_a(repo, "refactors", refactor)
+  proc = cli("gate", "--base", "main", *GATE_CMD, db=tmp_path / "g.db", cwd=repo)
+  assert proc.returncode == 0 and "guard: every changed executable line" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
