@@ -87,17 +87,20 @@ class Elementwise:
     positive, upper, lower = _sides(self * beta)
     return (1 / beta) * positive.where(upper + (1 + (-upper).exp()).log(), (1 + lower.exp()).log())
 
-  def hardtanh(self, min_val=-1, max_val=1): return self.clip(min_val, max_val)
-  def hardswish(self): return self * (self + 3).relu6() * (1 / 6)
-  def softsign(self): return self / (1 + self.abs())
+  # bounded and smooth activations: each one expression over the ops above
+  def hardtanh(self, min_val=-1, max_val=1): return self.maximum(min_val).minimum(max_val)
+  def hardswish(self): return (self + 3).relu6().div(6).mul(self)
+  def softsign(self): return self * (self.abs() + 1).reciprocal()
 
   def celu(self, alpha=1.0):
     """max(0, x) + min(0, alpha * (e^(x / alpha) - 1))."""
-    return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+    below = ((self / alpha).exp() - 1) * alpha
+    return self.relu() + below.minimum(0)
 
   def selu(self, alpha=1.67326, gamma=1.0507):
-    """gamma * (x above or at 0, alpha * (e^x - 1) below)."""
-    return gamma * (self >= 0).detach().where(self, alpha * (self.exp() - 1))
+    """gamma * (alpha * (e^x - 1) below 0, x elsewhere)."""
+    below = (self.exp() - 1) * alpha
+    return (self < 0).detach().where(below, self) * gamma
 
   def erf(self):
     """The error function by Abramowitz and Stegun's rational approximation 7.1.26 (absolute error below 1.5e-7):
