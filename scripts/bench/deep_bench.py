@@ -1,5 +1,5 @@
 """Cost of depth: scheduling, capturing and replaying graphs 1k, 10k and 100k elementwise steps deep, and a
-1,000-layer MLP forward and backward (issue 25).
+1,000-layer MLP (plain and residual) forward and backward (issue 25).
 
     python -m scripts.bench.deep_bench [--depths 1000 10000 100000] [--mlp-layers 1000]
 
@@ -43,7 +43,7 @@ rng = np.random.default_rng(0)
 t0 = time.perf_counter()
 weights = [Tensor((rng.standard_normal((8, 8)) * 0.35).astype(np.float32), requires_grad=True) for _ in range(layers)]
 h = Tensor(rng.standard_normal((4, 8)).astype(np.float32))
-for w in weights: h = (h @ w).relu() + h * 0.5
+for w in weights: h = (h @ w).relu() + h * 0.5 if {residual} else (h @ w).relu()
 loss = (h * h).mean()
 loss.backward()
 grads = [w.grad for w in weights]
@@ -63,12 +63,13 @@ def _python(code: str, env: dict) -> dict:
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(template: str, depth: int, folder: str) -> dict:
+def measure(template: str, depth: int, folder: str, residual: bool = False) -> dict:
   """Build and schedule; build, realize and capture; replay the captures: seconds and memory."""
   env = {k: v for k, v in os.environ.items() if k not in ("CAPTURE_PROCESS_REPLAY", "REPLAY_DB", "REPLAY_RUN_ID")}
-  scheduled = _python(template.format(depth=depth, schedule_only=True), env)
-  db = os.path.join(folder, f"deep-{depth}.db")
-  captured = _python(template.format(depth=depth, schedule_only=False), {**env, "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_DB": db})
+  scheduled = _python(template.format(depth=depth, schedule_only=True, residual=residual), env)
+  db = os.path.join(folder, f"deep-{depth}-{residual}.db")
+  capture_env = {**env, "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_DB": db}
+  captured = _python(template.format(depth=depth, schedule_only=False, residual=residual), capture_env)
   t0 = time.perf_counter()
   replay = subprocess.run([sys.executable, "-m", "replay", "--db", db, "run", "--jobs", "1"], env=env, capture_output=True, text=True)
   replay_s = time.perf_counter() - t0
@@ -102,6 +103,10 @@ def main(argv=None) -> int:
   with tempfile.TemporaryDirectory(prefix="deep-bench-") as folder:
     report("elementwise chain y = y * 0.999 + x", [measure(CHAIN, d, folder) for d in args.depths])
     report("MLP of 8x8 layers, forward and backward", [measure(MLP, d, folder) for d in args.mlp_layers])
+    # with a scaled skip connection the gradient's skip path stays unrealized the whole way down, and the consumer
+    # search of each backward reduce (SCHEDULER.md S43) walks it to the end: quadratic in layers, as specified
+    report("residual MLP (h = relu(h W) + 0.5 h), forward and backward",
+           [measure(MLP, d, folder, residual=True) for d in args.mlp_layers])
   return 0
 
 
