@@ -142,6 +142,7 @@ class UOpMetaClass(type):
       existing_ref = cache.get(identity)
       if existing_ref is not None and (existing := existing_ref()) is not None: return existing
       created = super().__call__(op, dtype, src, arg)
+      created.serial = next(_SERIALS)   # creation order: a node's sources are always older than the node
       cache[identity] = weakref.ref(created)
       if len(cache) > UOpMetaClass.sweep_at: _sweep_dead(cache)
       if _buffer is not None: buffers[created] = _buffer
@@ -149,6 +150,7 @@ class UOpMetaClass(type):
 
 
 _UCACHE_LOCK = threading.RLock()
+_SERIALS = itertools.count()
 
 
 def _sweep_dead(cache: dict) -> None:

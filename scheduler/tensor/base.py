@@ -31,14 +31,18 @@ def _live_tensors() -> list:
 
 def _reaches(roots: list[UOp], targets) -> dict[UOp, bool]:
   """For every node of the roots' graphs, whether its graph contains one of `targets`: one walk over the union of
-  the graphs (sources before users, with a stack), not one walk per root."""
+  the graphs (sources before users, with a stack), not one walk per root. Nodes older than the oldest target
+  cannot hold one (sources are older than their users), so the walk does not enter them: reading a value back
+  after a big graph was built costs nothing per node of that graph."""
+  oldest = min((t.serial for t in targets), default=0)
   reaches: dict[UOp, bool] = {}
   for root in roots:
     stack = [(root, False)]
     while stack:
       node, expanded = stack.pop()
       if node in reaches: continue
-      if expanded: reaches[node] = node in targets or any(reaches[s] for s in node.src)
+      if node.serial < oldest: reaches[node] = False
+      elif expanded: reaches[node] = node in targets or any(reaches[s] for s in node.src)
       else:
         stack.append((node, True))
         stack.extend((s, False) for s in node.src if s not in reaches)
