@@ -218,11 +218,17 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   name_changed_kernels(store, result.replay_id)
   if result.stopped_early:   # on purpose: the report says so, and does not call the replay INCOMPLETE
     click.echo(f"replay: stopped early after --max-changed {max_changed}", err=True)
-    policy = json.loads(store.replay(result.replay_id).get("policy") or "{}")
-    store.set_replay_policy(result.replay_id, json.dumps({**policy, "stopped_early": True}))
+    _add_to_policy(store, result.replay_id, stopped_early=True)
   replay_row = store.replay(result.replay_id)
   summary = _with_acceptances(store, rpt.Summary.from_row(replay_row, store.outcomes(result.replay_id), _capture_runs(store, captures)))
   return summary
+
+
+def _add_to_policy(store: Store, replay_id: int, **facts) -> None:
+  """Record what the replay learned after it started (an early stop, failed reruns) with its stored policy, so that a
+  later `replay report` gives the same verdict."""
+  policy = json.loads(store.replay(replay_id).get("policy") or "{}")
+  store.set_replay_policy(replay_id, json.dumps({**policy, **facts}))
 
 
 def _check_flag_defaults(store: Store, captures: list[dict], result, path: list[str], options) -> list[str]:
@@ -261,8 +267,7 @@ def _end_to_end(store: Store, captures: list[dict], replay_id: int, base_sha: st
     return whole or ((theirs := store.capture(cid)) is not None and (theirs["kind"], theirs["location"]) in scope)
   outcomes.merge(store, replay_id, ((cid, c.status, c.diff) for cid, c in found.results.items() if in_scope(cid, c.status)))
   if found.failures or found.incompatible:   # the verdict fails (4): the step did not finish, or the base cannot run it
-    policy = json.loads(store.replay(replay_id).get("policy") or "{}")
-    store.set_replay_policy(replay_id, json.dumps({**policy, "rerun_failures": found.failures, "rerun_incompatible": found.incompatible}))
+    _add_to_policy(store, replay_id, rerun_failures=found.failures, rerun_incompatible=found.incompatible)
   return found.notes + found.failures + found.incompatible
 
 

@@ -1,13 +1,15 @@
-"""End-to-end mode (`replay diff --base REV --rerun`): run the captured commands again and compare the runs.
+"""End-to-end mode (`replay diff --base REV --rerun`, the gate's default): run the captured commands again and
+compare the runs.
 
 A plain replay feeds the captured graph to the base's compiler, so whatever happens before the graph exists (the
 Tensor frontend, autograd, optimizers, flag defaults) is the same on both sides by construction. Here the recorded
-command of each capture run (argv, working directory, the environment that steers the compiler) runs twice more
-into the same database: once with the base revision's system under test, once with the current one. The first
-rerun is paired with the original run capture by capture (same kind, same location, same position among the
-captures of that location) and compared: schedules by AST, kernels by source and options, realizes by output
-values. The second rerun is the determinism check: a capture that already differs between two runs of the same
-code is `nondeterministic`, not a regression.
+command of each capture run (argv, working directory, the environment that steers the compiler) runs again into the
+same database with the base revision's system under test. Its captures are aligned with the original run's
+(replay/alignment.py) and compared: schedules by AST, kernels by source and options, realizes by output values; a
+capture only one run took is `added` or `removed`. Only when something differs does the command run once more with
+the current tree: a difference that this run does not reproduce is `nondeterministic`, not a regression. A rerun that
+fails where the original succeeded is run once more; failing again it is a failed step (or, when the base raised the
+same way twice, an incompatibility), never evidence.
 
 Sits beside the runner: it starts commands and compares stored payloads in this process; `cli.do_replay` merges its
 results into the replay's outcomes.

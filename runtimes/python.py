@@ -73,12 +73,9 @@ _alu: dict[Ops, Callable] = {
 
 def eval_index(u: UOp, ranges: dict[int, np.ndarray], var_vals: dict[UOp, int], cache: dict) -> Any:
   """The value of an index expression over the loop positions, its sources first (from the bottom: no recursion)."""
-  todo = [(u, False)]
-  while todo:
-    node, expanded = todo.pop()
-    if node in cache: continue
-    if expanded or node.op in (Ops.BIND, Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR): _eval_index_node(node, ranges, var_vals, cache)
-    else: todo += [(node, True)] + [(s, False) for s in node.src]   # a BIND's value is its own: its sources are not evaluated
+  # a BIND's value is its own: its sources are not evaluated
+  for node in u.sources_first(lambda n: n not in cache, lambda n: n.op not in (Ops.BIND, Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR)):
+    _eval_index_node(node, ranges, var_vals, cache)
   return cache[u]
 
 

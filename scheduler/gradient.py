@@ -93,21 +93,7 @@ def _nodes_between(root: UOp, targets: set[UOp]) -> list[UOp]:
   """The nodes on some path from a target up to the root, sources first (DETACH cuts paths)."""
   leads_to_target: dict[UOp, bool] = {}
   for u in root.toposort: leads_to_target[u] = any(s in targets or leads_to_target[s] for s in u.src)
-  ordered: list[UOp] = []
-  seen: set[UOp] = set()
-  todo: list[tuple[UOp, bool]] = [(root, False)]
-  while todo:
-    u, sources_done = todo.pop()
-    if sources_done:
-      ordered.append(u)
-      continue
-    if u in seen or u.op is Ops.DETACH or not leads_to_target[u]:
-      seen.add(u)
-      continue
-    seen.add(u)
-    todo.append((u, True))
-    todo.extend((s, False) for s in reversed(u.src) if s not in seen)
-  return ordered
+  return root.sources_first(lambda u: u.op is not Ops.DETACH and leads_to_target[u])
 
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:

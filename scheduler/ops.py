@@ -295,6 +295,24 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
           if s not in out: stack.append((s, False))
     return out
 
+  def sources_first(self, include: Callable[[UOp], bool], descend: Callable[[UOp], bool] = lambda u: True) -> list[UOp]:
+    """The nodes of this graph that `include` accepts, each after its sources, in the order a recursive walk (sources
+    left to right) reaches them, without recursion; the walk goes below accepted nodes that `descend` accepts."""
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if expanded:
+        order.append(node)
+        continue
+      if node in seen: continue
+      seen.add(node)
+      if not include(node): continue
+      stack.append((node, True))
+      if descend(node): stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+    return order
+
   def substitute(self, dvars: dict[UOp, UOp]) -> UOp:
     """Each node that is a key of `dvars` replaced by its value, whose own sources are substituted the same way."""
     return _Rewriter(None, step=dvars.get).node_first(self)

@@ -8,7 +8,7 @@ program depends on nothing about the device: the same AST always lowers to the s
 from __future__ import annotations
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 from scheduler.dtype import DType, dtypes
 from scheduler.helpers import unwrap
 from scheduler.ops import UOp, Ops, GroupOp, identity_element, sint_to_uop
@@ -79,7 +79,7 @@ class _Lowerer:
   def index_expr(self, u: UOp) -> int:
     """Emit an already simplified integer or bool expression over RANGEs and variables."""
     if (got := self.lookup(u)) is not None: return got
-    for node in _sources_first(u, self.lookup, _INDEX_INNER): self._index_node(node)
+    for node in u.sources_first(lambda n: self.lookup(n) is None, lambda n: n.op in _INDEX_INNER): self._index_node(node)
     return unwrap(self.lookup(u))
 
   def _index_node(self, u: UOp) -> int:
@@ -133,7 +133,7 @@ class _Lowerer:
   def value(self, u: UOp) -> int:
     if (got := self.lookup(u)) is not None: return got
     # elementwise chains emit sources first without recursion (in the order a recursive walk would emit them)
-    for node in _sources_first(u, self.lookup, _VALUE_INNER): self._value_node(node)
+    for node in u.sources_first(lambda n: self.lookup(n) is None, lambda n: n.op in _VALUE_INNER): self._value_node(node)
     return unwrap(self.lookup(u))
 
   def _value_node(self, u: UOp) -> int:
@@ -300,22 +300,6 @@ _INDEX_INNER = frozenset({*GroupOp.ALU, Ops.CAST})
 _VALUE_INNER = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST})
 
 
-def _sources_first(root: UOp, ready: Callable[[UOp], Any], inner: frozenset) -> list[UOp]:
-  """The nodes of `root`'s expression not yet `ready`, each after its sources, in the order a recursive evaluation
-  (sources left to right) reaches them; the walk goes below nodes whose op is in `inner` only."""
-  order: list[UOp] = []
-  seen: set[UOp] = set()
-  stack: list[tuple[UOp, bool]] = [(root, False)]
-  while stack:
-    node, expanded = stack.pop()
-    if expanded:
-      order.append(node)
-      continue
-    if node in seen or ready(node) is not None: continue
-    seen.add(node)
-    stack.append((node, True))
-    if node.op in inner: stack.extend((s, False) for s in reversed(node.src))
-  return order
 
 
 def _work(shape: tuple) -> float:
