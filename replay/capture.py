@@ -9,14 +9,32 @@ import atexit, hashlib, json, os, platform, socket, subprocess, sys, threading, 
 from typing import Any, Optional
 import numpy as np
 from db import Store
-from replay import buffers, serialize
+from replay import buffers, serialize, sut
 from replay.locations import current_region
 from replay.serialize import NON_COMPILER_FLAGS
-from scheduler.helpers import Context, ContextVar
 
 DEFAULT_MAX_EXEC_BYTES = 64 * 1024 * 1024
-_PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in
-                      (__import__("scheduler").__file__, __import__("runtimes").__file__, __file__, __import__("db").__file__))
+_HARNESS_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (__file__, __import__("db").__file__))
+_package_dirs: list[tuple[str, ...]] = []
+
+
+def _inside_dirs() -> tuple[str, ...]:
+  """The folders of the compiler and the harness: frames there are not where a program is."""
+  if not _package_dirs:
+    try: dirs = sut.package_dirs()
+    except sut.NoContract: dirs = ()
+    _package_dirs.append(dirs + _HARNESS_DIRS)
+  return _package_dirs[0]
+
+
+def _flags_now() -> dict[str, int]:
+  try: return sut.contract().flag_values()
+  except sut.NoContract: return {}
+
+
+def _flag_defaults() -> dict[str, int]:
+  try: return sut.contract().flag_defaults()
+  except sut.NoContract: return {}
 
 
 class _Sink:
@@ -67,7 +85,7 @@ EXTRA_RERUN_ENV = ("PYTHONHASHSEED",)
 
 def rerun_env() -> dict[str, str]:
   """The environment a rerun of this process's command needs: every compiler flag set in it, and the extras."""
-  names = (set(ContextVar._cache) - NON_COMPILER_FLAGS) | set(EXTRA_RERUN_ENV)
+  names = (set(_flag_defaults()) - NON_COMPILER_FLAGS) | set(EXTRA_RERUN_ENV)
   return {k: v for k, v in sorted(os.environ.items()) if k in names}
 
 
@@ -81,11 +99,11 @@ def run_info(argv: Optional[list[str]] = None) -> dict:
   commit, dirty = git_state()
   return {"git_commit": commit, "git_dirty": dirty, "argv": json.dumps(argv if argv is not None else this_command()),
           "python": platform.python_version(), "numpy": np.__version__, "host": socket.gethostname(),
-          "flags": json.dumps(ContextVar.snapshot(), sort_keys=True), "cwd": os.getcwd(), "env": json.dumps(rerun_env())}
+          "flags": json.dumps(_flags_now(), sort_keys=True), "cwd": os.getcwd(), "env": json.dumps(rerun_env())}
 
 
 def flag_defaults_json() -> str:
-  return json.dumps({k: ContextVar._cache[k].default for k in sorted(ContextVar._cache)})
+  return json.dumps(_flag_defaults())
 
 
 def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:
@@ -104,7 +122,7 @@ def _outside_name(filename: str) -> Optional[str]:
   """The name to show for a file outside the compiler and harness, None for one inside (cached per file)."""
   if filename not in _outside_cache:
     path = os.path.abspath(filename)
-    outside = not path.startswith(_PACKAGE_DIRS) and "importlib" not in path and not filename.startswith("<frozen")
+    outside = not path.startswith(_inside_dirs()) and "importlib" not in path and not filename.startswith("<frozen")
     _outside_cache[filename] = os.path.relpath(filename) if outside else None
   return _outside_cache[filename]
 
@@ -137,18 +155,12 @@ def max_exec_bytes() -> int:
 def _exec_inputs(sink) -> tuple[dict, dict, dict[str, bytes]]:
   """The contents of every realized buffer the graph reads (constant fills by value, large buffers as blobs of their
   own, returned third); buffers above the cap by shape, dtype and hash only."""
-  from scheduler.ops import Ops
   cap, contents, omitted, shared = max_exec_bytes(), {}, [], {}
-  for u in sink.toposort:
-    if u.op is not Ops.BUFFER: continue
-    # a DISK buffer holds its file's bytes even before anything maps it
-    if u.device.startswith("DISK:") and u.realized is None: u.buffer.ensure_allocated()
-    if (buf := u.realized) is None: continue
-    if buf.nbytes > cap:
-      data = buf.numpy()
-      contents[u] = {"omitted": True, "size": buf.size, "dtype": buf.dtype.name, "nbytes": buf.nbytes, "sha256": hashlib.sha256(data.tobytes()).hexdigest()}
-      omitted.append(buf.nbytes)
-    else: contents[u] = buffers.encode(buf.numpy(), shared)
+  for u, size, dtype_name, nbytes, read in sut.contract().graph_buffers(sink):
+    if nbytes > cap:
+      contents[u] = {"omitted": True, "size": size, "dtype": dtype_name, "nbytes": nbytes, "sha256": hashlib.sha256(read().tobytes()).hexdigest()}
+      omitted.append(nbytes)
+    else: contents[u] = buffers.encode(read(), shared)
   return contents, ({"omitted_buffers": len(omitted), "omitted_bytes": sum(omitted)} if omitted else {}), shared
 
 
@@ -181,8 +193,9 @@ class CapturePoint:
     self.output: Any = None
     self.has_output = False
     self.shared: dict[str, bytes] = {}   # input buffers stored as blobs of their own, by sha256
-    self.flags = ContextVar.snapshot()
-    with Context(PICKLE_BUFFERS=0):
+    contract = sut.contract()
+    self.flags = contract.flag_values()
+    with contract.without_pickled_buffers():
       if kind == "schedule": payload = {"graph_pickle": graph_bytes(inputs[0])}
       elif kind == "kernel": payload = {"ast": inputs[0], "device": inputs[1], "options": inputs[2]}
       elif kind == "exec":
@@ -215,12 +228,12 @@ class CapturePoint:
     return False
 
   def _store(self) -> None:
-    with Context(PICKLE_BUFFERS=0):
+    contract = sut.contract()
+    with contract.without_pickled_buffers():
       if self.kind == "schedule":
         asts, var_vals = self.output
         output = {"asts": list(asts), "var_vals": dict(var_vals)}
-        from scheduler.codegen.naming import kernel_kind
-        self.name = f"{len(asts)} kernels" + (f": {','.join(sorted({kernel_kind(a) for a in asts}))}" if asts else "")
+        self.name = f"{len(asts)} kernels" + (f": {','.join(sorted({contract.kernel_kind(a) for a in asts}))}" if asts else "")
       elif self.kind == "kernel":
         src, name, *options = self.output   # older compilers hand over (src, name) only
         output, self.name = {"src": src, "name": name, **({"options": options[0]} if options else {})}, name

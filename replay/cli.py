@@ -191,7 +191,7 @@ def do_replay(store: Store, captures: list[dict], capture_run: Optional[int], ba
   if not captures: raise UsageMistake(f"shard {shard} of the selection is empty (fewer captures than shards)")
   head, _ = git_state()
   if base_ref is None:
-    path, fields = [str(revisions.harness_root())], {"base_ref": None, "base_commit": None}
+    path, fields = [str(revisions.project_root())], {"base_ref": None, "base_commit": None}
   else:
     try:
       root = revisions.repo_root()

@@ -78,8 +78,8 @@ def indent(depth: int) -> str:
 def kernel_label(ast) -> str:
   """The kernel's name (`r_16_32`) when the compiler on the path can name it, else its top op."""
   try:
-    from scheduler.codegen.naming import kernel_name
-    return kernel_name(ast)
+    from replay import sut
+    return sut.contract().kernel_name(ast)
   except Exception: return getattr(getattr(ast, "op", None), "name", "?")
 
 

@@ -23,7 +23,9 @@ def pytest_configure(config):
   if not _capturing(config): return
   os.environ["CAPTURE_PROCESS_REPLAY"] = "1"
   import sys
-  if "scheduler.helpers" in sys.modules: sys.modules["scheduler.helpers"].CAPTURE_PROCESS_REPLAY.value = 1
+  from replay import sut
+  # a compiler imported before this hook read the environment already: its contract turns capture on
+  if sut.contract_name().rsplit(".", 1)[0] in sys.modules: sut.contract().enable_capture()
   if hasattr(config, "workerinput"): return  # an xdist worker: the controller made the run and passed it down
   if not os.getenv("REPLAY_RUN_ID"):
     import pytest

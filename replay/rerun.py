@@ -144,6 +144,7 @@ def compare_captures(store: Store, mine: dict, theirs: dict, tolerances: Optiona
   """`mine` (a capture of the original run) against `theirs` (its counterpart in a rerun); `theirs` is the `-` side."""
   if mine["kind"] == theirs["kind"] and mine["output_sha"] == theirs["output_sha"]: return Comparison("same", "")  # the same bytes
   try: a, b = _payload(store, mine), _payload(store, theirs)
+  except serialize.ContractVersionError as e: return Comparison("incompatible", f"cannot load a payload: {e}")
   except (BlobError, serialize.UnsafePickleError, serialize.PayloadFormatError) as e: return Comparison("error", f"cannot load a payload: {e}")
   except (ImportError, AttributeError) as e:   # the other tree pickled a module or name this tree does not have
     return Comparison("incompatible", f"cannot load a payload with this revision: {type(e).__name__}: {e}")

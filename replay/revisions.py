@@ -56,9 +56,21 @@ def resolve(rev: str, merge_base: bool = False, cwd: Optional[str] = None) -> st
 _PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+def project_root(start: Optional[pathlib.Path] = None) -> pathlib.Path:
+  """The project whose compiler is under test: the nearest folder above `start` (the working directory) whose
+  pyproject.toml has a [tool.replay] table, else the harness's own folder."""
+  here = (start or pathlib.Path.cwd()).resolve()
+  for folder in (here, *here.parents):
+    if (candidate := folder / "pyproject.toml").is_file():
+      try:
+        if "[tool.replay]" in candidate.read_text(errors="replace"): return folder
+      except OSError: pass
+  return harness_root()
+
+
 def sut_packages(root: Optional[pathlib.Path] = None) -> tuple[str, ...]:
-  """`[tool.replay] sut` of pyproject.toml: plain top-level package names (no paths, no dots)."""
-  path = (root or harness_root()) / "pyproject.toml"
+  """`[tool.replay] sut` of the project's pyproject.toml: plain top-level package names (no paths, no dots)."""
+  path = (root or project_root()) / "pyproject.toml"
   if not path.exists(): return DEFAULT_SUT
   try:
     import tomllib

@@ -5,16 +5,18 @@ A database from an untrusted branch therefore cannot run code when it is loaded.
 """
 from __future__ import annotations
 import io, pickle
-from typing import Any
+from typing import Any, Optional
 import numpy as np
+from replay import sut
 
 # flags that say how to capture or debug, not how to compile: out of the content key, not re-applied on replay
 NON_COMPILER_FLAGS = frozenset({"CAPTURE_PROCESS_REPLAY", "DEBUG", "TRACK_MATCH_STATS", "VIZ", "PICKLE_BUFFERS"})
-# bump when the payload layout changes. PRPL2: (the payload's graph nodes in topological order, the payload), so that
-# pickling a graph 100,000 nodes deep never recurses (each node's sources are already in pickle's memo); PRPL1: the
-# payload alone (still read)
-FORMAT = b"PRPL2\n"
-READABLE = (FORMAT, b"PRPL1\n")
+# the first line of a payload: the format and the version of the replay contract of the compiler that captured it.
+# PRPL3: (the payload's graph nodes in topological order, the payload), so that pickling a graph 100,000 nodes deep
+# never recurses (each node's sources are already in pickle's memo); its compiler types are built by the reconstructors
+# of the contract module, so that renaming a module of the compiler does not break loading older captures.
+FORMAT = b"PRPL3"
+OLDER_FORMATS = (b"PRPL1", b"PRPL2")   # named internal modules of the compiler: not read any more
 PROTOCOL = 4
 
 
@@ -26,7 +28,14 @@ class PayloadFormatError(ValueError):
   """The payload is not a capture payload of a format this harness reads."""
 
 
-def dumps(obj: Any) -> bytes: return FORMAT + pickle.dumps((graph_nodes(obj), obj), protocol=PROTOCOL)
+class ContractVersionError(PayloadFormatError):
+  """The payload was captured under a contract version the compiler on the path does not read."""
+
+
+def dumps(obj: Any, version: Optional[int] = None) -> bytes:
+  """The payload behind its first line (`PRPL3 contract=N`); N is the version of the contract on the path."""
+  if version is None: version = sut.contract().VERSION
+  return FORMAT + b" contract=%d\n" % version + pickle.dumps((graph_nodes(obj), obj), protocol=PROTOCOL)
 
 
 def _is_graph_node(x: Any) -> bool: return hasattr(x, "toposort") and isinstance(getattr(x, "src", None), tuple)
@@ -48,11 +57,6 @@ def graph_nodes(obj: Any) -> list:
   return list(order)
 
 
-# the packages whose classes and reconstructors a payload may name; the replay overlay sets these
-TRUSTED_PACKAGES: tuple[str, ...] = ("scheduler", "runtimes")
-# the compiler's value types and the reconstructors their __reduce__ methods name; nothing that runs code
-TRUSTED_NAMES = {"DType", "PtrDType", "View", "ShapeTracker", "Metadata", "Kernel", "ScheduleItem",
-                 "_uop_from_name", "_op_by_name", "_dtype_by_name", "_rebuild_buffer"}
 _SAFE_BUILTINS = {"set", "frozenset", "slice", "complex", "range", "bytearray", "tuple", "list", "dict", "int", "float", "bool", "str", "bytes"}
 _SAFE_NUMPY = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"), ("numpy", "ndarray"), ("numpy", "dtype"),
                ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"), ("numpy.dtypes", None)}
@@ -107,18 +111,31 @@ class RestrictedUnpickler(pickle.Unpickler):
     if module == "builtins" and name in _SAFE_BUILTINS: return super().find_class(module, name)
     if (module, name) in _SAFE_NUMPY and name in _NUMPY_FACTORIES: return _NUMPY_FACTORIES[name]
     if (module, name) in _SAFE_NUMPY or (module == "numpy.dtypes" and name.endswith("DType")): return super().find_class(module, name)
-    if module.split(".")[0] in TRUSTED_PACKAGES and name in TRUSTED_NAMES: return super().find_class(module, name)
-    raise UnsafePickleError(f"capture payload refers to {module}.{name}, which replay does not load (only compiler types, numpy arrays "
-                            "and plain values are allowed)")
+    contract = sut.contract()
+    if module == contract.__name__ and name in contract.PICKLABLE: return getattr(contract, name)
+    raise UnsafePickleError(f"capture payload refers to {module}.{name}, which replay does not load (only the reconstructors of "
+                            f"{contract.__name__}, numpy arrays and plain values are allowed)")
+
+
+def header(data: bytes) -> tuple[bytes, Optional[int], int]:
+  """(format, contract version or None, offset of the pickle) of a payload."""
+  end = data.find(b"\n", 0, 64)
+  if end < 0 or not data.startswith(b"PRPL"): raise PayloadFormatError("payload is not a capture payload (no format header)")
+  fmt, _, rest = data[:end].partition(b" ")
+  version = int(rest[len(b"contract="):]) if rest.startswith(b"contract=") and rest[len(b"contract="):].isdigit() else None
+  return fmt, version, end + 1
 
 
 def loads(data: bytes) -> Any:
-  head = data[:len(FORMAT)]
-  if head not in READABLE:
-    if head.startswith(b"PRPL"):
-      raise PayloadFormatError(f"payload format {head.strip()!r} is not one this harness reads ({', '.join(repr(f.strip()) for f in READABLE)})")
-    raise PayloadFormatError("payload is not a capture payload (no format header)")
-  value = RestrictedUnpickler(io.BytesIO(data[len(head):])).load()
-  if head == b"PRPL1\n": return value
-  if not isinstance(value, tuple) or len(value) != 2: raise PayloadFormatError("a PRPL2 payload is not a (nodes, payload) pair")
+  fmt, version, start = header(data)
+  if fmt in OLDER_FORMATS:
+    raise PayloadFormatError(f"captured before the replay contract (payload format {fmt.decode()}): capture again with this harness")
+  if fmt != FORMAT or version is None:
+    raise PayloadFormatError(f"payload format {data[:start].strip()!r} is not one this harness reads ({FORMAT.decode()} contract=N)")
+  contract = sut.contract()
+  if version not in contract.READS:
+    raise ContractVersionError(f"captured under replay contract v{version}; this revision's {contract.__name__} reads "
+                               f"v{', v'.join(map(str, sorted(contract.READS)))}")
+  value = RestrictedUnpickler(io.BytesIO(data[start:])).load()
+  if not isinstance(value, tuple) or len(value) != 2: raise PayloadFormatError("a PRPL3 payload is not a (nodes, payload) pair")
   return value[1]

@@ -1,15 +1,19 @@
 """`replay show N --why`: which rewrite rule made a schedule come out differently.
 
 Both the base's compiler and the current one schedule the capture's graph once more with rewrite tracing on: every
-pattern rule that fires (with the file:line where the pattern is defined) and every realize decision (with the
-line that made it) is recorded, in order. The first entry where the two traces part names the rule: entries are
-compared by file, node and result, not by line, so code that merely moved within a file does not count.
+pattern rule that fires (with its id, `S17 (broadcast reduce)`, and the file:line where the pattern is defined) and
+every realize decision (with the rule and the line that made it) is recorded, in order. The first entry where the two
+traces part names the rule: entries are compared by rule id, file, node and result, not by line, so code that merely
+moved within a file does not count.
 """
 from __future__ import annotations
 from typing import Optional
 
 
-def _same(a: dict, b: dict) -> bool: return (a["file"], a["node"], a["result"]) == (b["file"], b["node"], b["result"])
+def _same(a: dict, b: dict) -> bool:
+  if a.get("failed") or b.get("failed"): return a.get("failed") == b.get("failed")
+  if a.get("rule") and b.get("rule") and a["rule"] != b["rule"]: return False   # a trace from before rules had ids has none
+  return (a["file"], a["node"], a["result"]) == (b["file"], b["node"], b["result"])
 
 
 def first_difference(base: list[dict], head: list[dict]) -> Optional[int]:
@@ -22,8 +26,10 @@ def first_difference(base: list[dict], head: list[dict]) -> Optional[int]:
 
 def _entry(e: Optional[dict]) -> str:
   if e is None: return "(nothing: the trace ends here)"
+  if e.get("failed"): return f"scheduling failed: {e['failed']}"
   action = e["result"] if e["result"] in ("realize", "release") else f"rewrote it to {e['result']}"
-  return f"{e['file']}:{e['line']} on {e['node']}: {action}"
+  rule = f"rule {e['rule']}, " if e.get("rule") else ""   # traces of revisions before rules were named have no ids
+  return f"{rule}{e['file']}:{e['line']} on {e['node']}: {action}"
 
 
 def explain(base: list[dict], head: list[dict], context: int = 2) -> str:

@@ -7,5 +7,6 @@ from scheduler.device import Device
 from scheduler.tensor import Tensor
 from scheduler.ops import UOp, Ops
 from scheduler import nn
+from scheduler import contract as _contract   # registers what the compiler's values pickle as
 
 __all__ = ["Tensor", "dtypes", "DType", "Variable", "Context", "ContextVar", "Device", "UOp", "Ops", "getenv", "nn"]

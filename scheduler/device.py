@@ -7,7 +7,8 @@ from __future__ import annotations
 import atexit, concurrent.futures, hashlib, importlib, os, pathlib, shutil, sys, tempfile, threading, time, weakref
 from typing import Any, Optional
 import numpy as np
-from scheduler.dtype import DType, to_np_dtype, _dtype_by_name
+from scheduler.dtype import DType, to_np_dtype
+from scheduler.helpers import RECONSTRUCTORS
 
 
 class DeviceError(RuntimeError):
@@ -137,13 +138,7 @@ class Buffer:
 
   def __reduce__(self):
     data = self.numpy() if self.is_allocated() else None
-    return _rebuild_buffer, (self.device, self.size, self.dtype.name, data)
-
-
-def _rebuild_buffer(device: str, size: int, dtype_name: str, data) -> Buffer:
-  buf = Buffer(device, size, _dtype_by_name(dtype_name))
-  if data is not None: buf.allocate(np.array(data, copy=True))
-  return buf
+    return RECONSTRUCTORS["buffer"], (self.device, self.size, self.dtype.name, data)
 
 
 class HostDevice:

@@ -7,6 +7,7 @@ import functools, math, struct
 from dataclasses import dataclass
 from typing import Union
 import numpy as np
+from scheduler.helpers import RECONSTRUCTORS
 
 ConstType = Union[float, int, bool]
 
@@ -29,7 +30,9 @@ class DType:
   def vec(self, sz: int) -> DType:
     if sz == 1: return self
     return DType(self.priority, self.itemsize * sz, f"{self.name}{sz}", None, sz)
-  def __reduce__(self): return (_dtype_by_name, (self.name,)) if self.name in _by_name else super().__reduce__()
+  def __reduce__(self):
+    if self.name in _by_name: return RECONSTRUCTORS["dtype"], (self.name,)
+    return RECONSTRUCTORS["dtype"], (self.name, (self.priority, self.itemsize, self.name, self.fmt, self.count))
 
 
 @dataclass(frozen=True, eq=True)
@@ -39,7 +42,8 @@ class PtrDType(DType):
   @property
   def base(self) -> DType: return self._base
   def __repr__(self): return f"{self._base!r}.ptr({self.size})"
-  def __reduce__(self): return (PtrDType, (self.priority, self.itemsize, self.name, self.fmt, self.count, self._base, self.size))
+  def __reduce__(self):
+    return RECONSTRUCTORS["ptr_dtype"], ((self.priority, self.itemsize, self.name, self.fmt, self.count), self._base, self.size)
 
 
 class dtypes:

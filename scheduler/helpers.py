@@ -203,6 +203,11 @@ def evaluate(request: Any, expand: Callable[[Any], Generator], cache: dict) -> A
   return cache[request]
 
 
+# what the compiler's values pickle as: the reconstructors of the replay contract (scheduler/contract.py registers them
+# when the package is imported), looked up here so that the lower layers pickle through the contract without importing it
+RECONSTRUCTORS: dict[str, Callable] = {}
+
+
 class Metadata:
   """Which tensor function produced an op; rides on schedule items for the reader."""
   __slots__ = ("name", "caller", "backward")
@@ -214,4 +219,4 @@ class Metadata:
   def __hash__(self): return hash(self._identity())
   def __eq__(self, other): return isinstance(other, Metadata) and self._identity() == other._identity()
   def __repr__(self): return f"{self.name}_bw" if self.backward else self.name
-  def __reduce__(self): return (Metadata, (self.name, self.caller, self.backward))
+  def __reduce__(self): return RECONSTRUCTORS["metadata"], (self.name, self.caller, self.backward)

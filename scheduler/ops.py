@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum, functools, hashlib, inspect, itertools, math, threading, weakref
 from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
 from scheduler.dtype import DType, dtypes, ConstType
-from scheduler.helpers import Context, computed_once, computed_from_sources, prod, unwrap, TRACK_MATCH_STATS, PICKLE_BUFFERS, Metadata
+from scheduler.helpers import Context, computed_once, computed_from_sources, prod, unwrap, TRACK_MATCH_STATS, PICKLE_BUFFERS, Metadata, RECONSTRUCTORS
 from scheduler.device import Buffer   # the device layer sits below the IR: it knows dtypes, not UOps
 if TYPE_CHECKING:
   from scheduler.shape.shapetracker import ShapeTracker
@@ -18,7 +18,7 @@ class Ops(enum.IntEnum):
   """Every op of the IR. Captures store ops by name, so members may be added or reordered freely."""
   def __str__(self) -> str: return f"Ops.{self.name}"
   def __repr__(self) -> str: return f"Ops.{self.name}"
-  def __reduce_ex__(self, protocol): return (_op_by_name, (self.name,))
+  def __reduce_ex__(self, protocol): return (RECONSTRUCTORS["op"], (self.name,))
 
   # graph roots and kernels
   SINK = enum.auto(); KERNEL = enum.auto(); NAME = enum.auto()
@@ -47,7 +47,6 @@ class Ops(enum.IntEnum):
   RANGE = enum.auto(); ENDRANGE = enum.auto(); IF = enum.auto(); ENDIF = enum.auto(); SPECIAL = enum.auto(); NOOP = enum.auto()
 
 
-def _op_by_name(name: str) -> Ops: return Ops[name]
 
 
 def _ops(names: str) -> frozenset[Ops]: return frozenset(Ops[name] for name in names.split())
@@ -259,7 +258,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     args = [self.op.name, self.dtype, self.src, self.arg]
     if self.op is Ops.BUFFER and self in buffers and buffers[self].is_allocated() and _pickle_buffers():
       args.append(buffers[self])
-    return _uop_from_name, tuple(args)
+    return RECONSTRUCTORS["uop"], tuple(args)
 
   def replace(self, **changes) -> UOp:
     """This UOp with some of op, dtype, src, arg changed (itself when nothing changes)."""
@@ -547,10 +546,6 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 def _pickle_buffers() -> bool: return bool(PICKLE_BUFFERS)
 
 
-def _uop_from_name(op_name: str, dtype: DType, src: tuple, arg: Any, buffer: Any = None) -> UOp:
-  return UOp(Ops[op_name], dtype, src, arg, _buffer=buffer)
-
-
 def _stable_repr(arg) -> str:
   """A repr of a UOp arg that is the same in every process (no ids, sets sorted)."""
   if isinstance(arg, (set, frozenset)): return "{" + ",".join(sorted(_stable_repr(a) for a in arg)) + "}"
@@ -699,7 +694,7 @@ class PatternMatcher:
       for bound in pattern.match(uop, {}):
         out = fn(ctx=ctx, **bound) if wants_ctx else fn(**bound)
         if out is None or out is uop: continue
-        if TRACK_MATCH_STATS and tracked_rewrites: tracked_rewrites[-1][1].append((pattern.location, uop, out))
+        if TRACK_MATCH_STATS and tracked_rewrites: tracked_rewrites[-1][1].append((pattern.location + (getattr(fn, 'rule', ''),), uop, out))
         return out
     return None
 
@@ -709,14 +704,22 @@ class PatternMatcher:
 tracked_rewrites: list[tuple[str, list[tuple[tuple[str, int], UOp, UOp]]]] = []
 
 
-def record_decision(node: UOp, what: str, depth: int = 1) -> None:
+def named_rule(rule_id: str, title: str) -> Callable[[Callable], Callable]:
+  """Decorator: a rewrite rule's id in SCHEDULER.md and a few words; the rewrite trace (`replay show --why`) names it."""
+  def mark(fn: Callable) -> Callable:
+    fn.rule = f"{rule_id} ({title})"   # type: ignore[attr-defined]
+    return fn
+  return mark
+
+
+def record_decision(node: UOp, what: str, depth: int = 1, rule: str = "") -> None:
   """A scheduling decision that is not a pattern rewrite (realizing a node, releasing it), traced like one while
-  TRACK_MATCH_STATS is on: under the file:line of the code `depth` frames up that made it."""
+  TRACK_MATCH_STATS is on: under the rule that made it and the file:line of the code `depth` frames up."""
   if not (TRACK_MATCH_STATS and tracked_rewrites): return
   frame = inspect.currentframe()
   for _ in range(depth):
     if frame is not None: frame = frame.f_back
-  where = ("?", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
+  where = ("?", 0, rule) if frame is None else (frame.f_code.co_filename, frame.f_lineno, rule)
   tracked_rewrites[-1][1].append((where, node, what))
 
 

@@ -28,19 +28,20 @@ class Realizes:
   children: dict[UOp, dict[UOp, None]] = field(default_factory=dict)  # node -> users (directly or through one VIEW)
   assign_of_buffer: dict[UOp, UOp] = field(default_factory=dict)     # BUFFER -> the ASSIGN that writes it
 
-  def realize(self, u: UOp, releasable: bool = False) -> None:
-    """Realize u. Only nodes realized before an expand (S39) or by grouping (S48) may be released again (D3)."""
+  def realize(self, u: UOp, rule: str, releasable: bool = False) -> None:
+    """Realize u by `rule` (its id and words, for the trace). Only nodes realized before an expand (S39) or by grouping
+    (S48) may be released again (D3)."""
     if u in self.realized:
       if not releasable: self.releasable.discard(u)
       return
     self.realized[u] = None
     if releasable: self.releasable.add(u)
-    record_decision(u, "realize", depth=2)
+    record_decision(u, "realize", depth=2, rule=rule)
 
-  def release(self, u: UOp) -> None:
+  def release(self, u: UOp, rule: str) -> None:
     self.realized.pop(u, None)
     self.releasable.discard(u)
-    record_decision(u, "release", depth=2)
+    record_decision(u, "release", depth=2, rule=rule)
 
 
 def _reads_of(user: UOp, node: UOp) -> list[ShapeTracker]:
@@ -73,13 +74,13 @@ def _view_decision(state: Realizes, view: UOp) -> None:
   t = view.src[0]
   chain = view.st
   if any(v.mask is not None for v in chain.views) and not _is_pad_safe(t, state.realized):
-    state.realize(t)                                                       # S37
+    state.realize(t, "S37 (unsafe padding)")
     return
   mask = chain.views[0].mask if len(chain.views) == 1 else None
   if mask is not None and all(isinstance(s, int) for s in t.shape):
     if resolve(prod(t.shape) >= prod(end - begin for begin, end in mask)): return   # S38
   if resolve(prod(t.shape) < prod(view.shape)) and not DONT_REALIZE_EXPAND:
-    state.realize(t, releasable=True)                                      # S39
+    state.realize(t, "S39 (realize before expand)", releasable=True)
 
 
 def decide_realizes(sink: UOp) -> Realizes:
@@ -87,15 +88,15 @@ def decide_realizes(sink: UOp) -> Realizes:
   for u in state.order:
     if u.op is Ops.SINK:
       for s in u.src:
-        if s.op not in BOUNDARY_OPS or s.op in ALWAYS_REALIZED: state.realize(s)   # S34
+        if s.op not in BOUNDARY_OPS or s.op in ALWAYS_REALIZED: state.realize(s, "S34 (outputs)")
       continue
     if u.op is not Ops.VIEW:
       for s in u.src:
         used = s.src[0] if s.op is Ops.VIEW and s.src else s
         state.children.setdefault(used, {})[u] = None
     if u.op is Ops.ASSIGN: state.assign_of_buffer[u.src[0].base] = u
-    if u.op in ALWAYS_REALIZED: state.realize(u)                                     # S35
-    if u.op is Ops.COPY and is_computed(u.src[1]): state.realize(u.src[1])           # S36
+    if u.op in ALWAYS_REALIZED: state.realize(u, "S35 (always realized)")
+    if u.op is Ops.COPY and is_computed(u.src[1]): state.realize(u.src[1], "S36 (copy source)")
     if u.op is Ops.VIEW and u.src and is_computed(u.src[0]): _view_decision(state, u)
   return state
 
@@ -171,16 +172,17 @@ def group_reduces(state: Realizes) -> None:
     search.run()
     members = list(search.members)
     forced = r in search.members or len(members) > 1                                     # S44
+    why = "S44 (forced)" if forced else "S46 (no member: chase)"
     can_chase = all(m not in owner for m in members)
     if not forced and members and members[0].op is Ops.ASSIGN and _input_reads_other_assign_target(r, members[0], state):
-      forced, can_chase = True, False                                                    # S45
+      forced, can_chase, why = True, False, "S45 (assign conflict)"
     if forced or not members:
       end = _chase(r, state) if can_chase else r
-      state.realize(end, releasable=True)                                                # S48
+      state.realize(end, why, releasable=True)                                           # S48
       members = [end]
     owner[members[0]] = r
     if FUSE_ARANGE and r.arg[0] is Ops.ADD and r.src[0].base.op is Ops.CONST and state.children.get(members[0]):
-      if members[0] in state.releasable: state.release(members[0])                     # S49 (fixed D3)
+      if members[0] in state.releasable: state.release(members[0], "S49 (FUSE_ARANGE)")   # (fixed D3)
   for outer in double_reduces:                                                           # S50
     inner = outer.src[0].base
-    if len(state.children.get(inner, {})) == 1 and inner in state.releasable: state.release(inner)   # (fixed D4)
+    if len(state.children.get(inner, {})) == 1 and inner in state.releasable: state.release(inner, "S50 (FUSE_CONV_BW)")   # D4

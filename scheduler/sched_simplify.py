@@ -3,19 +3,17 @@ becomes a graph of VIEWs over bases, folded, with zero-size work, autograd marke
 
 `simplify_tensor_graph(big_sink)` returns what every tensor node became (the map S56 needs) and the
 simplified SINK. All rules run through the pattern matcher: the view rules (S12, `merge_views`), the
-algebraic folds (S13, `symbolic_simple`), then `_tensor_rules`, which applies S14-S31 in the priority
-of S32. S31 is order dependent by design (A1): it remembers contiguous copies met earlier in the walk.
+algebraic folds (S13, `symbolic_simple`), then `tensor_rules`: S14-S31 as named patterns (the trace of
+`replay show --why` names them) in the priority of S32. S31 is order dependent by design (A1): it remembers
+contiguous copies met earlier in the walk.
 """
 from __future__ import annotations
-from typing import Callable, Optional
+from typing import Optional
 from scheduler.helpers import all_int, dedup, prod, SPLIT_REDUCEOP, REDUCEOP_SPLIT_THRESHOLD, REDUCEOP_SPLIT_SIZE, \
   CAST_AFTER_EXPAND
-from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher, graph_rewrite_map, identity_element, resolve
+from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher, graph_rewrite_map, identity_element, resolve, named_rule
 from scheduler.symbolic import symbolic_simple
 from scheduler.shape.shapetracker import ShapeTracker
-
-Rule = Callable[[dict, UOp], Optional[UOp]]
-
 
 # ***** S12: view rules *****
 
@@ -47,17 +45,20 @@ merge_views = PatternMatcher([(UPat((Ops.VIEW, *GroupOp.Movement), name="view"),
 def _is_zero_const(u: UOp) -> bool: return u.op is Ops.CONST and u.arg == 0
 
 
+@named_rule("S14", "zero size")
 def zero_size_is_zero(ctx: dict, u: UOp) -> Optional[UOp]:
   """S14: a node with a shape and no elements is the constant 0 of its shape."""
   if u.op is Ops.SINK or u.base.st is None or _is_zero_const(u.base): return None
   return u.const_like(0) if isinstance(u.size, int) and u.size == 0 else None
 
 
+@named_rule("S15", "autograd marker")
 def drop_autograd_marker(ctx: dict, u: UOp) -> Optional[UOp]:
   """S15: DETACH and CONTIGUOUS_BACKWARD only matter to autograd."""
   return u.src[0]
 
 
+@named_rule("S16", "empty reduce")
 def empty_reduce_is_identity(ctx: dict, r: UOp) -> Optional[UOp]:
   """S16: a reduce of nothing into something is its op's identity."""
   source_size = r.src[0].size
@@ -66,6 +67,7 @@ def empty_reduce_is_identity(ctx: dict, r: UOp) -> Optional[UOp]:
   return None
 
 
+@named_rule("S17", "broadcast reduce")
 def broadcast_reduce_is_arithmetic(ctx: dict, r: UOp) -> Optional[UOp]:
   """S17: reducing along axes the input only broadcasts is a multiply (ADD), a power (MUL) or nothing (MAX)."""
   x, (combine, axes) = r.src[0], r.arg
@@ -102,6 +104,7 @@ def _split_candidate(r: UOp) -> Optional[tuple[int, int]]:
   return None
 
 
+@named_rule("S18", "split reduce")
 def split_big_reduce(ctx: dict, r: UOp) -> Optional[UOp]:
   """S18: reduce into `divisor` partial results first (inner factor fastest), then reduce those."""
   if (found := _split_candidate(r)) is None: return None
@@ -113,18 +116,21 @@ def split_big_reduce(ctx: dict, r: UOp) -> Optional[UOp]:
   return partial.r(combine, (len(split_shape) - 1,)).reshape(r.shape)
 
 
+@named_rule("S19", "copy of a constant")
 def copy_of_const(ctx: dict, copy: UOp) -> Optional[UOp]:
   """S19: a copied constant is that constant on the destination device."""
   source = copy.src[1]
   return copy.const_like(source.arg) if source.op is Ops.CONST else None
 
 
+@named_rule("S20", "copy to its own device")
 def copy_to_own_device(ctx: dict, copy: UOp) -> Optional[UOp]:
   """S20: copying to the device the value already lives on does nothing, unless it is a clone."""
   source = copy.src[1]
   return source if copy.arg is not True and source.device == copy.device else None
 
 
+@named_rule("S23", "contiguous whole buffer")
 def contiguous_of_whole_buffer(ctx: dict, c: UOp) -> Optional[UOp]:
   """S23: a contiguous view covering a whole buffer already is contiguous (W9)."""
   view = c.src[0]
@@ -132,6 +138,7 @@ def contiguous_of_whole_buffer(ctx: dict, c: UOp) -> Optional[UOp]:
   return None
 
 
+@named_rule("S24", "contiguous of contiguous")
 def contiguous_of_contiguous(ctx: dict, c: UOp) -> Optional[UOp]:
   """S24: CONTIGUOUS of a CONTIGUOUS, a BUFFER or a COPY is its source."""
   return c.src[0] if c.src[0].op in (Ops.CONTIGUOUS, Ops.BUFFER, Ops.COPY) else None
@@ -141,6 +148,7 @@ class DiskViewError(RuntimeError):
   """D7: a DISK tensor can only be read as one contiguous range of its file."""
 
 
+@named_rule("S25", "DISK byte view")
 def disk_buffer_view(ctx: dict, u: UOp) -> Optional[UOp]:
   """S25: on DISK, BITCAST and CONTIGUOUS are byte views of the file, not kernels. The reference ignores
   strides and masks here (D7); a view that is not one contiguous range is an error instead."""
@@ -155,6 +163,7 @@ def disk_buffer_view(ctx: dict, u: UOp) -> Optional[UOp]:
   return UOp(Ops.BUFFER_VIEW, u.dtype, (source.base,), (u.size, first_offset)).reshape(u.shape)
 
 
+@named_rule("S26", "clean sink")
 def clean_sink(ctx: dict, sink: UOp) -> Optional[UOp]:
   """S26: outputs that are constants or bound variables need no kernel; views of a value realize its base."""
   kept = tuple(dedup(s.base for s in sink.src if s.op not in (Ops.CONST, Ops.BIND)))
@@ -164,6 +173,7 @@ def clean_sink(ctx: dict, sink: UOp) -> Optional[UOp]:
 def _expands(view: UOp) -> bool: return resolve(prod(view.shape) > view.st.real_size())
 
 
+@named_rule("S27", "narrow cast before expand")
 def narrow_cast_before_expand(ctx: dict, cast: UOp) -> Optional[UOp]:
   """S27: a cast that does not widen is applied before an expanding view, to the smaller base."""
   view = cast.src[0]
@@ -172,6 +182,7 @@ def narrow_cast_before_expand(ctx: dict, cast: UOp) -> Optional[UOp]:
   return view.base.cast(cast.dtype).view(view.st) if _expands(view) else None
 
 
+@named_rule("S28", "copy of a view")
 def copy_of_view(ctx: dict, copy: UOp) -> Optional[UOp]:
   """S28: copy only what a smaller view keeps (made contiguous first); else copy the base and view the copy."""
   view = copy.src[1]
@@ -180,6 +191,7 @@ def copy_of_view(ctx: dict, copy: UOp) -> Optional[UOp]:
   return view.base.copy_to_device(copy.device, clone=copy.arg).view(view.st)
 
 
+@named_rule("S29", "unary before expand")
 def unary_before_expand(ctx: dict, u: UOp) -> Optional[UOp]:
   """S29: a unary op of an expanding view is applied to the view's source, under the same view."""
   view = u.src[0]
@@ -189,6 +201,7 @@ def unary_before_expand(ctx: dict, u: UOp) -> Optional[UOp]:
   return view.src[0].alu(u.op).view(view.st)
 
 
+@named_rule("S30", "cast after expand")
 def view_of_cast_of_buffer(ctx: dict, view: UOp) -> Optional[UOp]:
   """S30 (CAST_AFTER_EXPAND only): an expanding view of a cast buffer value casts after the view."""
   cast = view.src[0]
@@ -198,6 +211,7 @@ def view_of_cast_of_buffer(ctx: dict, view: UOp) -> Optional[UOp]:
   return x.view(x.st + view.st).cast(view.dtype)
 
 
+@named_rule("S31", "remember contiguous copy")
 def remember_contiguous_copy(ctx: dict, c: UOp) -> Optional[UOp]:
   """S31, first half: CONTIGUOUS(VIEW(x)) with an invertible chain makes x readable from that copy."""
   view = c.src[0]
@@ -205,33 +219,35 @@ def remember_contiguous_copy(ctx: dict, c: UOp) -> Optional[UOp]:
   return None
 
 
+@named_rule("S31", "read contiguous copy")
 def read_contiguous_copy(ctx: dict, u: UOp) -> Optional[UOp]:
   """S31, second half: elementwise ops that read x directly read the remembered copy instead."""
   swapped = tuple(ctx.get(s, s) for s in u.src)
   return u.replace(src=swapped) if swapped != u.src else None
 
 
-# S32: for each op, the rules of S14-S31 in priority order (S14 comes first for every op)
-_RULES_BY_OP: dict[Ops, tuple[Rule, ...]] = {
-  Ops.DETACH: (drop_autograd_marker,), Ops.CONTIGUOUS_BACKWARD: (drop_autograd_marker,),
-  Ops.REDUCE_AXIS: (empty_reduce_is_identity, broadcast_reduce_is_arithmetic, split_big_reduce),
-  Ops.COPY: (copy_of_const, copy_to_own_device, copy_of_view),
-  Ops.CONTIGUOUS: (contiguous_of_whole_buffer, contiguous_of_contiguous, disk_buffer_view, remember_contiguous_copy),
-  Ops.BITCAST: (disk_buffer_view,),
-  Ops.SINK: (clean_sink,),
-  Ops.CAST: (narrow_cast_before_expand,),
-  Ops.VIEW: (view_of_cast_of_buffer,),
-}
-for _op in GroupOp.ALU: _RULES_BY_OP[_op] = ((unary_before_expand,) if _op in GroupOp.Unary else ()) + (read_contiguous_copy,)
-
-
-def _tensor_rules(ctx: dict, u: UOp) -> Optional[UOp]:
-  for rule in (zero_size_is_zero,) + _RULES_BY_OP.get(u.op, ()):
-    if (out := rule(ctx, u)) is not None: return out
-  return None
-
-
-simplify_rules = merge_views + symbolic_simple + PatternMatcher([(UPat(GroupOp.All, name="u"), _tensor_rules)])
+# S32: the rules of S14-S31 in priority order; the matcher tries a node's rules in the order they are listed, so S14
+# comes first for every op (S21 and S22 are about image dtypes, which this compiler has not)
+tensor_rules = PatternMatcher([
+  (UPat(GroupOp.All, name="u"), zero_size_is_zero),
+  (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), name="u"), drop_autograd_marker),
+  (UPat(Ops.REDUCE_AXIS, name="r"), empty_reduce_is_identity),
+  (UPat(Ops.REDUCE_AXIS, name="r"), broadcast_reduce_is_arithmetic),
+  (UPat(Ops.REDUCE_AXIS, name="r"), split_big_reduce),
+  (UPat(Ops.COPY, name="copy"), copy_of_const),
+  (UPat(Ops.COPY, name="copy"), copy_to_own_device),
+  (UPat(Ops.COPY, name="copy"), copy_of_view),
+  (UPat(Ops.CONTIGUOUS, name="c"), contiguous_of_whole_buffer),
+  (UPat(Ops.CONTIGUOUS, name="c"), contiguous_of_contiguous),
+  (UPat((Ops.CONTIGUOUS, Ops.BITCAST), name="u"), disk_buffer_view),
+  (UPat(Ops.CONTIGUOUS, name="c"), remember_contiguous_copy),
+  (UPat(Ops.SINK, name="sink"), clean_sink),
+  (UPat(Ops.CAST, name="cast"), narrow_cast_before_expand),
+  (UPat(Ops.VIEW, name="view"), view_of_cast_of_buffer),
+  (UPat(GroupOp.Unary, name="u"), unary_before_expand),
+  (UPat(GroupOp.ALU, name="u"), read_contiguous_copy),
+])
+simplify_rules = merge_views + symbolic_simple + tensor_rules
 
 
 def simplify_tensor_graph(big_sink: UOp) -> dict[UOp, UOp]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 from scheduler.dtype import dtypes
+from scheduler.helpers import RECONSTRUCTORS
 from scheduler import ops
 from scheduler.ops import UOp, Ops, sint_to_uop
 from scheduler.shape.view import View, unravel
@@ -18,6 +19,8 @@ from scheduler.shape.view import View, unravel
 @dataclass(frozen=True)
 class ShapeTracker:
   views: tuple[View, ...]
+
+  def __reduce__(self): return RECONSTRUCTORS["shape_tracker"], (self.views,)
 
   def stable_repr(self) -> str: return "ST(" + ",".join(v.stable_repr() for v in self.views) + ")"
 

@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass
 from typing import Optional
 from scheduler.dtype import dtypes
-from scheduler.helpers import prod, all_int, flatten, ceildiv
+from scheduler.helpers import prod, all_int, flatten, ceildiv, RECONSTRUCTORS
 from scheduler.ops import UOp, Ops, resolve, smax, smin, sint_to_uop, sym_infer, _stable_repr
 
 
@@ -102,6 +102,8 @@ class View:
   offset: int
   mask: Optional[tuple]
   contiguous: bool
+
+  def __reduce__(self): return RECONSTRUCTORS["view"], (self.shape, self.strides, self.offset, self.mask, self.contiguous)
 
   def stable_repr(self) -> str:
     return f"View({_stable_repr(self.shape)},{_stable_repr(self.strides)},{_stable_repr(self.offset)},{_stable_repr(self.mask)})"

@@ -68,6 +68,11 @@ def rename_view_module(root: pathlib.Path) -> None:
       p.write_text(text.replace("scheduler.shape.view import", "scheduler.shape.views import"))
 
 
+def bump_contract(root: pathlib.Path) -> None:
+  """A head whose replay contract changed meaning (version 2, reading only 2): the base cannot replay its captures."""
+  edit(root, "scheduler/contract.py", "VERSION = 1\nREADS = frozenset({1})", "VERSION = 2\nREADS = frozenset({2})")
+
+
 # a fusion-rule change: an elementwise op is no longer realized before an expand (S39)
 NO_REALIZE_EXPAND = ("scheduler/sched_grouping.py",
                      "if resolve(prod(t.shape) < prod(view.shape)) and not DONT_REALIZE_EXPAND:",

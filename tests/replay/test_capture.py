@@ -145,7 +145,7 @@ class _Evil:
 def test_planted_pickle_does_not_run(tmp_path, monkeypatch):
   marker = tmp_path / "pwned"
   monkeypatch.setenv("EVIL_MARKER", str(marker))
-  data = serialize.FORMAT + pickle.dumps({"graph": _Evil()})
+  data = serialize.FORMAT + b" contract=1\n" + pickle.dumps({"graph": _Evil()})
   with pytest.raises(serialize.UnsafePickleError, match="posix.system|os.system|nt.system"): serialize.loads(data)
   assert not marker.exists()
   # the same payload planted in a database: replay reports it and runs nothing

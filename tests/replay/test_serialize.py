@@ -32,4 +32,4 @@ def test_a_dtype_with_an_object_field_built_over_void_is_refused_before_it_exist
   """The crash reproduction: numpy.dtype('V8') whose state declares an object field at offset 0."""
   payload = (b"\x80\x04cnumpy\ndtype\n(X\x02\x00\x00\x00V8\x89\x88tR(K\x03X\x01\x00\x00\x00|N(X\x01\x00\x00\x00a"
              b"tq\x00}q\x01X\x01\x00\x00\x00a(cnumpy\ndtype\nX\x02\x00\x00\x00O8\x89\x88\x87RK\x00\x86sK\x08K\x01K?tb.")
-  with pytest.raises(serialize.UnsafePickleError): serialize.loads(serialize.FORMAT + payload)
+  with pytest.raises(serialize.UnsafePickleError): serialize.loads(serialize.FORMAT + b" contract=1\n" + payload)
