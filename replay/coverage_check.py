@@ -84,6 +84,10 @@ class Guard:
     return {"executable": self.executable(), "percent": round(self.percent(), 2), "unguarded": self.unguarded(),
             "import_only": self.import_only()}
 
+  def report(self) -> str:
+    """`replay coverage`: the summary line, then the unguarded lines per file."""
+    return "\n".join([describe(self.to_json())] + [f"  {path}: {ranges(lines)}" for path, lines in self.unguarded().items()])
+
 
 def measure_plan(base_sha: str, root: pathlib.Path) -> Guard:
   """The plan of a change: its changed lines, sorted (nothing has run yet)."""

@@ -3,7 +3,7 @@
 All output of the command line about outcomes goes through here.
 """
 from __future__ import annotations
-import difflib, html, json, re
+import difflib, html, json, os, re, time
 from collections import Counter
 from typing import Optional
 from dataclasses import dataclass, field
@@ -485,6 +485,52 @@ def colorize(text: str) -> str:
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json, "junit": render_junit, "html": render_html}
+
+
+def _when(t) -> str: return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if isinstance(t, (int, float)) else "-"
+
+
+def _command(argv_json) -> str:
+  try: argv = json.loads(argv_json or "[]")
+  except ValueError: return clean(argv_json)[:50]
+  if not isinstance(argv, list): return "?"
+  text = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(map(str, argv)))
+  return clean(text if len(text) <= 50 else text[:47] + "...")
+
+
+def captures_table(captures: list[dict], limit: int) -> str:
+  """`replay list`: the captures (at most `limit`, 0: all)."""
+  rows = [[c["id"], c["run_id"], c["kind"], c["name"][:48], c["location"][:60], time.strftime("%H:%M:%S", time.localtime(c["time"]))]
+          for c in (captures if limit == 0 else captures[:limit])]
+  text = clean(tabulate(rows, headers=["id", "run", "kind", "name", "location", "time"]))
+  return text + (f"\n... {len(captures) - limit} more (--limit 0 shows all)" if limit and len(captures) > limit else "")
+
+
+def runs_table(runs: list[dict], replays: list[dict], limit: int) -> str:
+  """`replay runs`: capture runs (command, commit, how it ended, captures) and replays (base, verdict), newest first."""
+  shown = runs if limit == 0 else runs[:limit]
+  rows = [[r["id"], _when(r.get("started")), _command(r.get("argv")), (r.get("git_commit") or "-")[:10] + ("+dirty" if r.get("git_dirty") else ""),
+           "-" if r.get("exit_code") is None else r["exit_code"], " ".join(f"{r['counts'].get(k, 0)}{k[0]}" for k in KINDS),
+           f"rerun of {r['rerun_of']} ({clean(r.get('tree') or '')[:24]})" if r.get("rerun_of") else ""] for r in shown]
+  out = [clean(tabulate(rows, headers=["run", "started", "command", "commit", "exit", "captures (s k e)", ""]))]
+  if len(runs) > len(shown): out.append(f"... {len(runs) - len(shown)} more runs (--limit 0 shows all)")
+  shown = replays if limit == 0 else replays[:limit]
+  rows = [[r["id"], _when(r.get("started")), r.get("capture_run_id") or "-", clean(r.get("base_ref") or "working tree")[:24]
+           + (f" ({r['base_commit'][:10]})" if r.get("base_commit") else ""), r["outcomes"], clean(r.get("verdict") or "(did not finish)")[:70]]
+          for r in shown]
+  out.append("\n" + clean(tabulate(rows, headers=["replay", "started", "run", "base", "outcomes", "verdict"])))
+  if len(replays) > len(shown): out.append(f"... {len(replays) - len(shown)} more replays (--limit 0 shows all)")
+  return "\n".join(out)
+
+
+def write_reports(s: Summary, junit_path: Optional[str] = None, html_path: Optional[str] = None,
+                  markdown_appended_to: Optional[str] = None) -> None:
+  """The gate's report files: JUnit XML, the HTML page, and markdown appended to a file (GITHUB_STEP_SUMMARY)."""
+  for path, fmt in ((junit_path, "junit"), (html_path, "html")):
+    if path:
+      with open(path, "w") as f: f.write(render(s, fmt))
+  if markdown_appended_to:
+    with open(markdown_appended_to, "a") as f: f.write(render(s, "markdown") + "\n")
 
 
 def render(s: Summary, fmt: str) -> str:

@@ -61,13 +61,13 @@ class _Runs:
 
 
 class _Worker:
-  def __init__(self, python_path: list[str], env_extra: dict[str, str], slot: int = 0):
+  def __init__(self, python_path: list[str], env_extra: dict[str, str], slot: int = 0, command: Optional[list[str]] = None):
     self.slot = slot
     from replay import isolation, revisions
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "CAPTURE_PROCESS_REPLAY": "0",
            isolation.ROOT_ENV: python_path[0], isolation.PACKAGES_ENV: ",".join(revisions.sut_packages()), **env_extra}
     env.pop("PYTEST_CURRENT_TEST", None)
-    self.proc = subprocess.Popen([sys.executable, "-m", "replay.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    self.proc = subprocess.Popen(command or [sys.executable, "-m", "replay.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL if not os.getenv("REPLAY_WORKER_STDERR") else None, env=env,
                                  cwd=python_path[0], start_new_session=True)
     self.buf = b""
@@ -148,111 +148,127 @@ class _Progress:
     if self.enabled and self.terminal: sys.stderr.write("\n")
 
 
+class CaptureReplay:
+  """One replay of a selection of captures: worker slots each take a contiguous run of captures (`_Runs`, with
+  stealing), a worker that dies or overruns its deadline costs only the capture it had (an error outcome) and is
+  replaced, and outcomes are written in batches. `worker_command` starts a worker (tests give a scripted one)."""
+  BATCH = 64
+
+  def __init__(self, store: Store, captures: list[dict], python_path: list[str], replay_fields: dict, options: RunOptions,
+               env_extra: Optional[dict[str, str]] = None, keep: bool = True, worker_command: Optional[list[str]] = None):
+    self.store, self.captures, self.python_path, self.options, self.keep = store, captures, python_path, options, keep
+    self.env_extra = {**(env_extra or {}), "REPLAY_WORKER_MEMORY_MB": str(options.memory_mb)}
+    self.worker_command = worker_command
+    self.t0 = time.monotonic()
+    self.replay_id = store.add_replay(jobs=options.jobs, selected=len(captures), **replay_fields) if keep else 0
+    self.limit = _limit(options.max_changed, len(captures))
+    self.pending = _Runs(captures, min(options.jobs, len(captures)))
+    self.outcomes: list[dict] = []
+    self.rows: list[dict] = []
+    self.counts = {s: 0 for s in STATUSES}
+    self.progress = _Progress(len(captures), options.progress)
+    self.selector = selectors.DefaultSelector()
+    self.workers: list[_Worker] = []
+    self.stopped = False
+    self.compiler_seconds = 0.0
+    self.flag_defaults: Optional[dict] = None
+
+  def record(self, capture: dict, result: dict, seconds: float) -> None:
+    self.compiler_seconds += result.get("compiler_seconds", 0.0)
+    row = {"replay_id": self.replay_id, "capture_id": capture["id"], "status": result["status"], "reason": result.get("reason", ""),
+           "diff": result.get("diff", ""), "metrics": json.dumps(result.get("metrics", {})), "seconds": seconds}
+    self.rows.append(row)
+    if len(self.rows) >= self.BATCH: self.flush()
+    self.outcomes.append({**row, "kind": capture["kind"], "name": capture["name"], "location": capture["location"],
+                          **({"trace": result["trace"]} if "trace" in result else {})})
+    self.counts[result["status"]] += 1
+    self.progress.step(self.counts)
+
+  def flush(self) -> None:
+    # outcomes are written in batches: one transaction each, not one per capture
+    if self.rows and self.keep: self.store.add_outcomes(list(self.rows))
+    self.rows.clear()
+
+  def start_worker(self, slot: int) -> _Worker:
+    w = _Worker(self.python_path, self.env_extra, slot, self.worker_command)
+    assert w.proc.stdout is not None
+    self.selector.register(w.proc.stdout, selectors.EVENT_READ, w)
+    self.workers.append(w)
+    return w
+
+  def retire(self, w: _Worker) -> None:
+    self.selector.unregister(w.proc.stdout)
+    self.workers.remove(w)
+    w.kill()
+
+  def replace(self, w: _Worker) -> None:
+    if self.pending and not self.stopped: self.feed(self.start_worker(w.slot))
+
+  def feed(self, w: _Worker) -> None:
+    """Give the worker its slot's next capture (or nothing, when the selection is done or the replay stops early)."""
+    if self.limit is not None and self.counts["changed"] + self.counts["mismatch"] >= self.limit: self.stopped = True
+    w.task = None
+    while self.pending and not self.stopped:
+      cap = self.pending.pop(w.slot)
+      try:
+        shared = self.store.shared_blobs(cap["id"]) if cap["kind"] == "exec" else {}   # only exec payloads refer to buffer blobs
+        w.send(cap, self.store.get_blob(cap["input_sha"]), self.store.get_blob(cap["output_sha"]), shared, self.options.tolerances,
+               self.options.timeout, self.options.trace)
+      except (BlobError, ValueError) as e:   # a bad blob or flags: an outcome of its own, the rest still replays
+        self.record(cap, {"status": "error", "reason": f"{e}" if isinstance(e, BlobError) else f"capture {cap['id']} has unreadable flags: {e}"}, 0.0)
+        continue
+      except BrokenPipeError: w.task = cap  # the worker died at start; the select loop reports it
+      return
+
+  def on_readable(self, w: _Worker) -> None:
+    try: msgs = w.messages()
+    except EOFError:   # the worker died: its capture is an error, a new worker takes the slot
+      task, reason = w.task, w.death_reason()
+      self.retire(w)
+      if task is not None: self.record(task, {"status": "error", "reason": reason}, 0.0)
+      elif not w.ready: raise RuntimeError(f"replay worker failed to start ({reason}); run with REPLAY_WORKER_STDERR=1 to see why")
+      self.replace(w)
+      return
+    for m in msgs:
+      if m.get("ready"):
+        w.ready = True
+        if isinstance(m.get("flag_defaults"), dict): self.flag_defaults = m["flag_defaults"]
+        if w.task is None: self.feed(w)
+      elif w.task is not None:
+        self.record(w.task, m, time.monotonic() - (w.deadline - self.options.timeout))
+        self.feed(w)
+
+  def expire(self) -> None:
+    """Workers past their capture's deadline are killed; the capture is an error, a new worker takes the slot."""
+    now = time.monotonic()
+    for w in [w for w in self.workers if w.task is not None and w.ready and now > w.deadline]:
+      task = w.task
+      self.retire(w)
+      self.record(task, {"status": "error", "reason": f"timed out after {self.options.timeout:g}s"}, self.options.timeout)
+      self.replace(w)
+
+  def run(self) -> ReplayResult:
+    try:
+      for slot in range(min(self.options.jobs, len(self.captures))): self.start_worker(slot)
+      while self.workers:
+        busy = [w for w in self.workers if w.task is not None]
+        if not busy and all(w.ready for w in self.workers) and (self.stopped or not self.pending): break
+        wait = min((w.deadline for w in busy), default=time.monotonic() + 1.0) - time.monotonic()
+        for key, _ in self.selector.select(timeout=max(0.0, min(wait, 1.0))): self.on_readable(key.data)
+        self.expire()
+    finally:
+      self.flush()
+      for w in list(self.workers):
+        try:
+          if w.proc.stdin: w.proc.stdin.close()
+        except OSError: pass
+      for w in list(self.workers): self.retire(w)
+      self.progress.close()
+    return ReplayResult(self.replay_id, self.outcomes, self.stopped, time.monotonic() - self.t0, self.compiler_seconds, self.flag_defaults)
+
+
 def replay_captures(store: Store, captures: list[dict], python_path: list[str], replay_fields: dict, options: RunOptions,
                     env_extra: Optional[dict[str, str]] = None, keep: bool = True) -> ReplayResult:
   """Replay `captures` with the compiler found on `python_path`; every outcome lands in `outcomes`, and with `keep`
   in a new replay of `store` (without it, the caller decides what to store)."""
-  t0 = time.monotonic()
-  replay_id = store.add_replay(jobs=options.jobs, selected=len(captures), **replay_fields) if keep else 0
-  flag_defaults: Optional[dict] = None
-  limit = _limit(options.max_changed, len(captures))
-  pending = _Runs(captures, min(options.jobs, len(captures)))
-  outcomes: list[dict] = []
-  counts = {s: 0 for s in STATUSES}
-  progress = _Progress(len(captures), options.progress)
-  sel = selectors.DefaultSelector()
-  workers: list[_Worker] = []
-  stopped = False
-  compiler_seconds = 0.0
-
-  def record(capture: dict, result: dict, seconds: float) -> None:
-    nonlocal compiler_seconds
-    compiler_seconds += result.get("compiler_seconds", 0.0)
-    row = {"replay_id": replay_id, "capture_id": capture["id"], "status": result["status"], "reason": result.get("reason", ""),
-           "diff": result.get("diff", ""), "metrics": json.dumps(result.get("metrics", {})), "seconds": seconds}
-    pending_rows.append(row)
-    if len(pending_rows) >= 64: flush()
-    outcomes.append({**row, "kind": capture["kind"], "name": capture["name"], "location": capture["location"],
-                     **({"trace": result["trace"]} if "trace" in result else {})})
-    counts[result["status"]] += 1
-    progress.step(counts)
-
-  pending_rows: list[dict] = []
-
-  def flush() -> None:
-    # outcomes are written in batches: one transaction each, not one per capture
-    if pending_rows and keep: store.add_outcomes(list(pending_rows))
-    pending_rows.clear()
-
-  def start_worker(slot: int) -> _Worker:
-    w = _Worker(python_path, env_extra or {}, slot)
-    assert w.proc.stdout is not None
-    sel.register(w.proc.stdout, selectors.EVENT_READ, w)
-    workers.append(w)
-    return w
-
-  def retire(w: _Worker) -> None:
-    sel.unregister(w.proc.stdout)
-    workers.remove(w)
-    w.kill()
-
-  def feed(w: _Worker) -> None:
-    nonlocal stopped
-    if limit is not None and counts["changed"] + counts["mismatch"] >= limit: stopped = True
-    if stopped or not pending:
-      w.task = None
-      return
-    while pending:
-      cap = pending.pop(w.slot)
-      try:
-        shared = store.shared_blobs(cap["id"]) if cap["kind"] == "exec" else {}   # only exec payloads refer to buffer blobs
-        w.send(cap, store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), shared, options.tolerances,
-               options.timeout, options.trace)
-      except (BlobError, ValueError) as e:   # a bad blob or flags: an outcome of its own, the rest still replays
-        record(cap, {"status": "error", "reason": f"{e}" if isinstance(e, BlobError) else f"capture {cap['id']} has unreadable flags: {e}"}, 0.0)
-        continue
-      except BrokenPipeError: w.task = cap  # the worker died at start; the select loop reports it
-      return
-    w.task = None
-
-  try:
-    env_extra = {**(env_extra or {}), "REPLAY_WORKER_MEMORY_MB": str(options.memory_mb)}
-    for slot in range(min(options.jobs, len(captures))): start_worker(slot)
-    while workers:
-      busy = [w for w in workers if w.task is not None]
-      if not busy and all(w.ready for w in workers) and (stopped or not pending): break
-      timeout = min((w.deadline for w in busy), default=time.monotonic() + 1.0) - time.monotonic()
-      for key, _ in sel.select(timeout=max(0.0, min(timeout, 1.0))):
-        w: _Worker = key.data
-        try: msgs = w.messages()
-        except EOFError:
-          task, reason = w.task, w.death_reason()
-          retire(w)
-          if task is not None: record(task, {"status": "error", "reason": reason}, 0.0)
-          elif not w.ready: raise RuntimeError(f"replay worker failed to start ({reason}); run with REPLAY_WORKER_STDERR=1 to see why")
-          if pending and not stopped: feed(start_worker(w.slot))
-          continue
-        for m in msgs:
-          if m.get("ready"):
-            w.ready = True
-            if isinstance(m.get("flag_defaults"), dict): flag_defaults = m["flag_defaults"]
-            if w.task is None: feed(w)
-          elif w.task is not None:
-            task = w.task
-            record(task, m, time.monotonic() - (w.deadline - options.timeout))
-            feed(w)
-      now = time.monotonic()
-      for w in [w for w in workers if w.task is not None and w.ready and now > w.deadline]:
-        task = w.task
-        retire(w)
-        record(task, {"status": "error", "reason": f"timed out after {options.timeout:g}s"}, options.timeout)
-        if pending and not stopped: feed(start_worker(w.slot))
-  finally:
-    flush()
-    for w in list(workers):
-      try:
-        if w.proc.stdin: w.proc.stdin.close()
-      except OSError: pass
-    for w in list(workers): retire(w)
-    progress.close()
-  return ReplayResult(replay_id, outcomes, stopped, time.monotonic() - t0, compiler_seconds, flag_defaults)
+  return CaptureReplay(store, captures, python_path, replay_fields, options, env_extra, keep).run()

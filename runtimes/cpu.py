@@ -228,7 +228,7 @@ def render_const(val, dtype: DType) -> str:
     if math.isnan(val): lit = "NAN"
     elif math.isinf(val): lit = "INFINITY" if val > 0 else "(-INFINITY)"
     else: lit = repr(float(val))
-    if dtype == dtypes.float64: return lit if lit in ("NAN", "INFINITY", "(-INFINITY)") else lit
+    if dtype == dtypes.float64: return lit
     if dtype == dtypes.float32: return f"{lit}f" if lit not in ("NAN", "INFINITY", "(-INFINITY)") else f"((float){lit})"
     return f"((_Float16){lit})"
   if dtype == dtypes.bool: return "1" if val else "0"

@@ -21,14 +21,14 @@ class Ops(enum.IntEnum):
   def __reduce_ex__(self, protocol): return (RECONSTRUCTORS["op"], (self.name,))
 
   # graph roots and kernels
-  SINK = enum.auto(); KERNEL = enum.auto(); NAME = enum.auto()
+  SINK = enum.auto(); KERNEL = enum.auto()
   # buffers and devices
   UNIQUE = enum.auto(); DEVICE = enum.auto(); BUFFER = enum.auto(); BUFFER_VIEW = enum.auto()
-  DEFINE_GLOBAL = enum.auto(); DEFINE_LOCAL = enum.auto(); DEFINE_ACC = enum.auto(); DEFINE_VAR = enum.auto(); BIND = enum.auto()
+  DEFINE_GLOBAL = enum.auto(); DEFINE_ACC = enum.auto(); DEFINE_VAR = enum.auto(); BIND = enum.auto()
   # views and movement
   VIEW = enum.auto(); RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto(); PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()
   # constants and memory
-  CONST = enum.auto(); VALID = enum.auto(); INDEX = enum.auto(); LOAD = enum.auto(); STORE = enum.auto(); PRELOAD = enum.auto()
+  CONST = enum.auto(); VALID = enum.auto(); INDEX = enum.auto(); LOAD = enum.auto(); STORE = enum.auto()
   # tensor-level meta ops
   CONTIGUOUS = enum.auto(); CONTIGUOUS_BACKWARD = enum.auto(); DETACH = enum.auto(); COPY = enum.auto(); EMPTY = enum.auto()
   ASSIGN = enum.auto()
@@ -40,11 +40,11 @@ class Ops(enum.IntEnum):
   # binary
   ADD = enum.auto(); MUL = enum.auto(); IDIV = enum.auto(); MAX = enum.auto(); MOD = enum.auto(); CMPLT = enum.auto(); CMPNE = enum.auto()
   XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto(); OR = enum.auto(); AND = enum.auto(); THREEFRY = enum.auto(); SUB = enum.auto()
-  FDIV = enum.auto(); POW = enum.auto()
+  FDIV = enum.auto()
   # ternary
   WHERE = enum.auto(); MULACC = enum.auto()
   # lowering
-  RANGE = enum.auto(); ENDRANGE = enum.auto(); IF = enum.auto(); ENDIF = enum.auto(); SPECIAL = enum.auto(); NOOP = enum.auto()
+  RANGE = enum.auto(); ENDRANGE = enum.auto(); SPECIAL = enum.auto()
 
 
 
@@ -55,18 +55,18 @@ def _ops(names: str) -> frozenset[Ops]: return frozenset(Ops[name] for name in n
 class GroupOp:
   """Named sets of ops that rules and passes test membership in."""
   Unary = _ops("EXP2 LOG2 SIN SQRT RECIP NEG")
-  Binary = _ops("ADD MUL IDIV MAX MOD CMPLT CMPNE XOR SHL SHR OR AND THREEFRY SUB FDIV POW")
+  Binary = _ops("ADD MUL IDIV MAX MOD CMPLT CMPNE XOR SHL SHR OR AND THREEFRY SUB FDIV")
   Ternary = _ops("WHERE MULACC")
   ALU = Unary | Binary | Ternary
   Irreducible = _ops("CONST DEFINE_VAR SPECIAL RANGE")
   Movement = _ops("RESHAPE EXPAND PERMUTE PAD SHRINK FLIP")
-  Buffer = _ops("LOAD PRELOAD STORE VALID")
+  Buffer = _ops("LOAD STORE VALID")
   Commutative = _ops("ADD MUL MAX CMPNE XOR AND OR")
   Associative = _ops("ADD MUL AND OR MAX")
   Idempotent = _ops("OR AND MAX")
   Comparison = _ops("CMPLT CMPNE")
   # these ops turn a padded zero into something that is not zero, so a pad cannot move past them
-  UnsafePad = _ops("RECIP LOG2 EXP2 IDIV POW")
+  UnsafePad = _ops("RECIP LOG2 EXP2 IDIV")
   Meta = _ops("COPY EMPTY BUFFER_VIEW")
   All = frozenset(Ops)
 
@@ -558,7 +558,7 @@ def _stable_repr(arg) -> str:
 def _no_tracking(): return Context(TRACK_MATCH_STATS=0)
 
 
-def pretty_print(x: UOp, cache=None, d=0) -> str:
+def pretty_print(x: UOp) -> str:
   lines: list[str] = []
   seen: dict[UOp, int] = {}
   todo = [(x, 0)]   # a stack, not recursion: graphs may be thousands of nodes deep

@@ -177,7 +177,7 @@ class KernelAst:
     ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (self.global_buffer(0), store_view, expr)),))
     if node.op is Ops.ASSIGN: self.check_self_reads(ast, store_view.arg)
     devices = [b.device for b in self.buffers]
-    if any(d != devices[0] for d in devices): raise ScheduleError(f"all buffers must be on the same device: {devices}")   # S74
+    if any(d != devices[0] for d in devices): raise ScheduleError(f"all buffers must be on the same device: {devices} (S74)")
     return ast
 
   def check_self_reads(self, ast: UOp, store: ShapeTracker) -> None:

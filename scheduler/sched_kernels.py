@@ -119,7 +119,7 @@ def add_write_after_read_edges(kernels: dict[UOp, Kernel]) -> None:
     for u in reader.inputs:
       if u.op is not Ops.BUFFER or (writer := assign_of.get(u)) is None or writer is reader: continue
       if _depends_on(reader, writer, kernels):
-        raise ScheduleError(f"cycle detected in graph, kernel for {reader.buffer.arg} must either depend on ASSIGN or BUFFER")
+        raise ScheduleError(f"cycle detected in graph, kernel for {reader.buffer.arg} must either depend on ASSIGN or BUFFER (S59)")
       if reader not in writer.readers_first: writer.readers_first.append(reader)
 
 

@@ -7,9 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 from scheduler import Tensor, Device, dtypes
 from scheduler.device import find_c_compiler
-from tests.conftest import REPO
+from tests.conftest import REPO, DEVICES
 
-DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() else [])
 
 
 def on_device(device, fn):

@@ -9,10 +9,9 @@ from scheduler.device import find_c_compiler
 from scheduler.codegen.lowerer import lower
 from scheduler.codegen.naming import kernel_name
 from scheduler.realize import KernelError
-from tests.conftest import reference_rows
+from tests.conftest import reference_rows, needs_cc
 from tests.scheduler.test_reference_workloads import build
 
-needs_cc = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
 ROWS = [r for r in reference_rows() if r["n_kernels"] != "ERR"]
 
 

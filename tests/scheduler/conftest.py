@@ -1,9 +1,7 @@
 """Fixtures of the compiler's tests: running a module's tests once per device."""
 import pytest
 from scheduler import Device
-from scheduler.device import find_c_compiler
-
-DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() else [])
+from tests.conftest import DEVICES
 
 
 @pytest.fixture(params=DEVICES)

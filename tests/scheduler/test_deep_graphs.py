@@ -5,11 +5,9 @@ import subprocess, sys, textwrap
 import numpy as np
 import pytest
 from scheduler import Tensor, dtypes
-from scheduler.device import find_c_compiler
 from scheduler.ops import UOp, Ops
-from tests.conftest import REPO
+from tests.conftest import REPO, DEVICES, needs_cc
 
-needs_cc = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
 
 
 def fresh(code: str, timeout: float = 300) -> str:
@@ -22,7 +20,7 @@ def fresh(code: str, timeout: float = 300) -> str:
 
 @needs_cc
 @pytest.mark.slow
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_10000_step_elementwise_chain_schedules_and_realizes(device):
   steps = 10_000 if device == "CPU" else 3_000
   out = fresh(f"""

@@ -8,9 +8,8 @@ from scheduler.codegen import lowerer
 from scheduler.codegen.lowerer import lower
 from scheduler.symbolic import Variable
 from scheduler.helpers import Context
-from scheduler.device import find_c_compiler
+from tests.conftest import DEVICES
 
-DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() is not None else [])
 
 
 def loops(t: Tensor) -> list[int]:

@@ -2,14 +2,12 @@
 and the first output's shape and checksum on CPU and PYTHON."""
 import numpy as np, pathlib, pytest
 from scheduler import Tensor, dtypes, Variable, Context, Device, nn
-from scheduler.device import find_c_compiler
 from scheduler.realize import run_schedule
-from tests.conftest import reference_rows
+from tests.conftest import reference_rows, DEVICES
 
 ROWS = reference_rows()
 # columns are named n_kernels_<FLAG><value>, e.g. n_kernels_SPLIT_REDUCEOP0
 FLAG_COLUMNS = [c for c in ROWS[0] if c.startswith("n_kernels_")]
-DEVICES = ["PYTHON"] + (["CPU"] if find_c_compiler() else [])
 
 
 def build(code: str):

@@ -6,7 +6,7 @@ import pytest
 from scheduler import Device
 from scheduler.device import find_c_compiler
 from scripts.workloads import WORKLOADS
-from tests.conftest import REPO
+from tests.conftest import REPO, DEVICES
 
 MODEL_WORKLOADS = [n for n in WORKLOADS if not n.startswith("ref_")]
 
@@ -75,7 +75,7 @@ def test_variants_run_on_their_device_with_their_flags_and_restore_both():
   assert (Device.DEFAULT, ContextVar._cache["SPLIT_REDUCEOP"].value) == before
 
 
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("device", DEVICES)
 def test_integer_workload_matches_numpy(device):
   if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
   a = np.array([-7, -6, -1, 0, 1, 5, 7, -128, 127, -2**20], dtype=np.int32)
@@ -94,7 +94,7 @@ def test_integer_workload_matches_numpy(device):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("device", DEVICES)
 def test_view_and_assign_workloads_match_numpy(device):
   if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
   base = np.arange(96, dtype=np.float32).reshape(8, 12)
@@ -107,7 +107,7 @@ def test_view_and_assign_workloads_match_numpy(device):
   for got, want in zip(run_on(device, "assign_orderings")["outputs"], expected): np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("device", DEVICES)
 def test_special_values_workload_matches_numpy(device):
   if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
   from scripts.workloads.edge_cases import special_values_input
