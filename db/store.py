@@ -47,12 +47,15 @@ def _migrate_to_1(db: "sqlite_utils.Database") -> None:
   db["blobs"].create({"sha256": str, "size": int, "data": bytes}, pk="sha256")
   db["captures"].create({"id": int, "run_id": int, "kind": str, "key": str, "name": str, "location": str, "time": float,
                          "input_sha": str, "output_sha": str, "flags": str, "meta": str},
-                        pk="id", foreign_keys=[("run_id", "runs", "id"), ("input_sha", "blobs", "sha256"), ("output_sha", "blobs", "sha256")])
+                        pk="id",
+                        foreign_keys=[("run_id", "runs", "id"), ("input_sha", "blobs", "sha256"),
+                                      ("output_sha", "blobs", "sha256")])
   db["captures"].create_index(["run_id", "kind"])
   db["captures"].create_index(["key"])
   db["captures"].create_index(["location"])
   db["captures"].create_index(["name"])
-  db["replays"].create({"id": int, "started": float, "finished": float, "capture_run_id": int, "base_ref": str, "base_commit": str,
+  db["replays"].create({"id": int, "started": float, "finished": float, "capture_run_id": int, "base_ref": str,
+                        "base_commit": str,
                         "head_commit": str, "jobs": int, "argv": str, "verdict": str, "exit_code": int}, pk="id")
   db["outcomes"].create({"id": int, "replay_id": int, "capture_id": int, "status": str, "reason": str, "diff": str,
                          "metrics": str, "seconds": float},
@@ -84,7 +87,8 @@ def _migrate_to_4(db: "sqlite_utils.Database") -> None:
 
 def _migrate_to_5(db: "sqlite_utils.Database") -> None:
   """Accepted changes: a difference (kind, location, fingerprint of the diff) a reviewer said is expected."""
-  db["accepted"].create({"id": int, "kind": str, "location": str, "fingerprint": str, "name": str, "time": float, "head_commit": str}, pk="id")
+  db["accepted"].create({"id": int, "kind": str, "location": str, "fingerprint": str, "name": str, "time": float,
+                         "head_commit": str}, pk="id")
   db["accepted"].create_index(["kind", "location", "fingerprint"], unique=True)
 
 
@@ -131,7 +135,8 @@ def _migrate_to_11(db: "sqlite_utils.Database") -> None:
   db["accepted"].create_index(["kind", "location", "fingerprint", "base_commit"], unique=True)
 
 
-MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7, _migrate_to_8,
+MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7,
+              _migrate_to_8,
               _migrate_to_9, _migrate_to_10, _migrate_to_11]
 
 
@@ -172,12 +177,15 @@ class Store:
 
   def _version(self) -> int:
     try:
-      if not self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone(): return 0
+      found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+      if not self.conn.execute(found).fetchone():
+        return 0
       row = self.conn.execute("SELECT version FROM schema_version").fetchone()
     except sqlite3.DatabaseError as e: raise StoreError(f"{self.path} is not a usable replay database: {e}") from e
     if row is None: return 0
     if not isinstance(row[0], int) or isinstance(row[0], bool):
-      raise StoreError(f"{self.path} has schema version {row[0]!r}, which is not a version number; it is not a usable replay database")
+      raise StoreError(f"{self.path} has schema version {row[0]!r}, which is not a version number; it is not a usable "
+                       f"replay database")
     return row[0]
 
   def _migrate(self) -> None:
@@ -185,11 +193,13 @@ class Store:
       with self.transaction():
         version = self._version()
         if version > SCHEMA_VERSION:
-          raise StoreError(f"{self.path} has schema version {version}, newer than this harness understands ({SCHEMA_VERSION}); "
+          raise StoreError(f"{self.path} has schema version {version}, newer than this harness understands "
+                           f"({SCHEMA_VERSION}); "
                            "upgrade the harness or use another REPLAY_DB")
         if version == SCHEMA_VERSION: return
         if version == 0 and "schema_version" not in self.db.table_names() and self.db.table_names():
-          raise StoreError(f"{self.path} is an SQLite file but not a replay database (tables: {', '.join(self.db.table_names())})")
+          raise StoreError(f"{self.path} is an SQLite file but not a replay database (tables: "
+                           f"{', '.join(self.db.table_names())})")
         for step in MIGRATIONS[version:]: step(self.db)
         if "schema_version" not in self.db.table_names(): self.db["schema_version"].create({"version": int})
         self.conn.execute("DELETE FROM schema_version")
@@ -222,7 +232,8 @@ class Store:
   def write_error(self, e: Exception) -> "StoreWriteError":
     text = str(e)
     hint = " (another process holds it locked)" if "locked" in text else \
-           " (is the disk full, or the file too large for its file system?)" if any(w in text for w in ("full", "I/O", "large")) else ""
+           " (is the disk full, or the file too large for its file system?)" \
+           if any(w in text for w in ("full", "I/O", "large")) else ""
     return StoreWriteError(f"cannot write to {self.path}: {text}{hint}")
 
   # ***** blobs *****
@@ -233,7 +244,8 @@ class Store:
   def _put_blob(self, data: bytes, sha: Optional[str] = None) -> str:
     sha = sha or self.blob_sha(data)
     if sha not in self._known_blobs:
-      self.conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)", (sha, len(data), zlib.compress(data, 1)))
+      self.conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)",
+                        (sha, len(data), zlib.compress(data, 1)))
     return sha
 
   def get_blob(self, sha: str) -> bytes:
@@ -248,7 +260,8 @@ class Store:
     except (zlib.error, TypeError) as e: raise BlobError(f"blob {str(sha)[:12]} is corrupt: {e}") from e
     if len(data) > limit: raise BlobError(f"blob {str(sha)[:12]} expands past {limit} bytes (REPLAY_MAX_BLOB_BYTES)")
     if not inflate.eof: raise BlobError(f"blob {str(sha)[:12]} is truncated")
-    if self.blob_sha(data) != sha: raise BlobError(f"blob {str(sha)[:12]} does not match its sha256 (altered or corrupt)")
+    if self.blob_sha(data) != sha:
+      raise BlobError(f"blob {str(sha)[:12]} does not match its sha256 (altered or corrupt)")
     return data
 
   def blob_count(self) -> int: return self.conn.execute("SELECT count(*) FROM blobs").fetchone()[0]
@@ -269,12 +282,14 @@ class Store:
   def add_run(self, **fields: Any) -> int:
     with self.transaction():
       row = {"id": self._next_id("runs"), "started": time.time(), **fields}
-      return self.conn.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())).lastrowid
+      return self.conn.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                               tuple(row.values())).lastrowid
 
   def finish_run(self, run_id: int, exit_code: Optional[int] = None) -> None:
     """Mark the run finished; `exit_code` is how the captured command ended, when the harness ran it."""
     with self.transaction():
-      self.conn.execute("UPDATE runs SET finished = ?, exit_code = coalesce(?, exit_code) WHERE id = ?", (time.time(), exit_code, run_id))
+      self.conn.execute("UPDATE runs SET finished = ?, exit_code = coalesce(?, exit_code) WHERE id = ?",
+                        (time.time(), exit_code, run_id))
 
   def set_run_flag_defaults(self, run_id: int, defaults: str) -> None:
     """The compiler's flag defaults, as the first capturing process of the run saw them (later processes keep them)."""
@@ -298,14 +313,18 @@ class Store:
     """Record that a process of the run took `n` captures it could not store."""
     with self.transaction(): self.conn.execute("UPDATE runs SET lost = coalesce(lost, 0) + ? WHERE id = ?", (n, run_id))
 
-  def _add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes, output_data: bytes,
+  def _add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes,
+                   output_data: bytes,
                    flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None,
                    shared_blobs: Optional[dict[str, bytes]] = None) -> int:
     in_sha, out_sha = input_sha or self.blob_sha(input_data), self.blob_sha(output_data)
-    if shared_blobs: return self._add_capture_with_shared(run_id, kind, key, name, location, input_data, output_data, flags, meta, in_sha, out_sha, shared_blobs)
+    if shared_blobs:
+      return self._add_capture_with_shared(run_id, kind, key, name, location, input_data, output_data, flags, meta,
+                                           in_sha, out_sha, shared_blobs)
     row = (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
            flags if isinstance(flags, str) else json.dumps(flags, sort_keys=True), json.dumps(meta) if meta else "{}")
-    sql = "INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    sql = ("INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) VALUES "
+           "(?,?,?,?,?,?,?,?,?,?)")
     if in_sha in self._known_blobs and out_sha in self._known_blobs:
       # both payloads are stored already: one statement is its own transaction
       try: return self.conn.execute(sql, row).lastrowid
@@ -318,7 +337,8 @@ class Store:
     self._known_blobs.update((in_sha, out_sha))
     return cur.lastrowid
 
-  def _add_capture_with_shared(self, run_id, kind, key, name, location, input_data, output_data, flags, meta, in_sha, out_sha,
+  def _add_capture_with_shared(self, run_id, kind, key, name, location, input_data, output_data, flags, meta, in_sha,
+                               out_sha,
                                shared_blobs: dict[str, bytes]) -> int:
     row = (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
            flags if isinstance(flags, str) else json.dumps(flags, sort_keys=True), json.dumps(meta) if meta else "{}")
@@ -326,15 +346,18 @@ class Store:
       for sha, data in shared_blobs.items(): self._put_blob(data, sha)
       self._put_blob(input_data, in_sha)
       self._put_blob(output_data, out_sha)
-      capture_id = self.conn.execute("INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) "
+      capture_id = self.conn.execute("INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, "
+                                     "output_sha, flags, meta) "
                                      "VALUES (?,?,?,?,?,?,?,?,?,?)", row).lastrowid
-      self.conn.executemany("INSERT OR IGNORE INTO capture_blobs (capture_id, sha256) VALUES (?, ?)", [(capture_id, sha) for sha in shared_blobs])
+      self.conn.executemany("INSERT OR IGNORE INTO capture_blobs (capture_id, sha256) VALUES (?, ?)",
+                            [(capture_id, sha) for sha in shared_blobs])
     self._known_blobs.update((in_sha, out_sha, *shared_blobs))
     return capture_id
 
   def shared_blob_shas(self, capture_id: int) -> list[str]:
     """The blobs (input buffers) capture `capture_id` refers to besides its input and output payloads."""
-    return [r[0] for r in self.conn.execute("SELECT sha256 FROM capture_blobs WHERE capture_id = ? ORDER BY sha256", (capture_id,))]
+    return [r[0] for r in self.conn.execute("SELECT sha256 FROM capture_blobs WHERE capture_id = ? ORDER BY sha256",
+                                            (capture_id,))]
 
   def shared_blobs(self, capture_id: int) -> dict[str, bytes]:
     """The contents of the blobs `shared_blob_shas` names (each checked against its hash)."""
@@ -342,14 +365,16 @@ class Store:
 
   def latest_run_id(self) -> Optional[int]:
     """The latest run that captured something, not counting the harness's own reruns of a run (`diff --rerun`)."""
-    row = self.conn.execute("SELECT max(c.run_id) FROM captures c LEFT JOIN runs r ON r.id = c.run_id WHERE r.rerun_of IS NULL").fetchone()
+    row = self.conn.execute("SELECT max(c.run_id) FROM captures c LEFT JOIN runs r ON r.id = c.run_id WHERE r.rerun_of "
+                            "IS NULL").fetchone()
     return row[0] if row else None
 
   def run(self, run_id: int) -> Optional[dict]:
     rows = list(self.db.query("SELECT * FROM runs WHERE id = ?", [run_id]))
     return rows[0] if rows else None
 
-  def captures(self, run_ids: Optional[Iterable[int]] = None, kinds: Optional[Iterable[str]] = None, names: Optional[Iterable[str]] = None,
+  def captures(self, run_ids: Optional[Iterable[int]] = None, kinds: Optional[Iterable[str]] = None,
+               names: Optional[Iterable[str]] = None,
                location: Optional[str] = None, ids: Optional[Iterable[int]] = None) -> list[dict]:
     where, params = [], []
     for col, values in (("run_id", run_ids), ("kind", kinds), ("name", names), ("id", ids)):
@@ -373,10 +398,12 @@ class Store:
   # ***** replays and outcomes *****
 
   def add_replay(self, **fields: Any) -> int:
-    with self.transaction(): return self.db["replays"].insert({"id": self._next_id("replays"), "started": time.time(), **fields}).last_pk
+    with self.transaction():
+      return self.db["replays"].insert({"id": self._next_id("replays"), "started": time.time(), **fields}).last_pk
 
   def finish_replay(self, replay_id: int, verdict: str, exit_code: int) -> None:
-    with self.transaction(): self.db["replays"].update(replay_id, {"finished": time.time(), "verdict": verdict, "exit_code": exit_code})
+    with self.transaction():
+      self.db["replays"].update(replay_id, {"finished": time.time(), "verdict": verdict, "exit_code": exit_code})
 
   def add_outcomes(self, rows: list[dict]) -> None:
     with self.transaction(): self.db["outcomes"].insert_all(rows)
@@ -396,7 +423,8 @@ class Store:
     return rows[0] if rows else None
 
   def outcomes(self, replay_id: int) -> list[dict]:
-    return list(self.db.query("SELECT o.*, c.kind, c.name, c.location FROM outcomes o JOIN captures c ON c.id = o.capture_id "
+    return list(self.db.query("SELECT o.*, c.kind, c.name, c.location FROM outcomes o JOIN captures c ON c.id = "
+                              "o.capture_id "
                               "WHERE o.replay_id = ? ORDER BY o.capture_id", [replay_id]))
 
   def last_outcome(self, capture_id: int) -> Optional[dict]:
@@ -413,7 +441,8 @@ class Store:
 
   def replays(self) -> list[dict]:
     """Every replay with its number of outcomes, newest first."""
-    return list(self.db.query("SELECT r.*, (SELECT count(*) FROM outcomes o WHERE o.replay_id = r.id) AS outcomes FROM replays r ORDER BY id DESC"))
+    return list(self.db.query("SELECT r.*, (SELECT count(*) FROM outcomes o WHERE o.replay_id = r.id) AS outcomes FROM "
+                              "replays r ORDER BY id DESC"))
 
   def delete_runs(self, run_ids: list[int]) -> dict[str, int]:
     """Delete runs, their captures, the outcomes about those captures, replays left without outcomes, and blobs no
@@ -434,7 +463,8 @@ class Store:
 
   def delete_unreferenced_blobs(self) -> int:
     with self.transaction():
-      n = self.conn.execute("DELETE FROM blobs WHERE sha256 NOT IN (SELECT input_sha FROM captures UNION SELECT output_sha FROM captures "
+      n = self.conn.execute("DELETE FROM blobs WHERE sha256 NOT IN (SELECT input_sha FROM captures UNION SELECT "
+                            "output_sha FROM captures "
                             "UNION SELECT sha256 FROM capture_blobs)").rowcount
     self._known_blobs.clear()
     return n
@@ -445,8 +475,10 @@ class Store:
     with self.transaction():
       before = self.conn.execute("SELECT count(*) FROM accepted").fetchone()[0]
       for e in entries:
-        self.conn.execute("INSERT OR IGNORE INTO accepted (kind, location, fingerprint, name, time, head_commit, base_commit) VALUES (?,?,?,?,?,?,?)",
-                          (e["kind"], e["location"], e["fingerprint"], e.get("name", ""), time.time(), e.get("head_commit"), e.get("base_commit")))
+        self.conn.execute("INSERT OR IGNORE INTO accepted (kind, location, fingerprint, name, time, head_commit, "
+                          "base_commit) VALUES (?,?,?,?,?,?,?)",
+                          (e["kind"], e["location"], e["fingerprint"], e.get("name", ""), time.time(),
+                           e.get("head_commit"), e.get("base_commit")))
       return self.conn.execute("SELECT count(*) FROM accepted").fetchone()[0] - before
 
   def accepted(self) -> list[dict]: return list(self.db.query("SELECT * FROM accepted ORDER BY id"))
@@ -455,7 +487,8 @@ class Store:
 
   def reset(self) -> None:
     with self.transaction():
-      for table in ("outcomes", "replays", "capture_blobs", "captures", "runs", "blobs", "accepted"): self.conn.execute(f"DELETE FROM {table}")
+      for table in ("outcomes", "replays", "capture_blobs", "captures", "runs", "blobs", "accepted"):
+        self.conn.execute(f"DELETE FROM {table}")
     self.conn.execute("VACUUM")
 
   def integrity_ok(self) -> bool: return self.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

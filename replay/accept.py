@@ -24,18 +24,22 @@ def fingerprint(outcome: dict) -> str:
   return hashlib.sha256((outcome.get("diff") or "").encode()).hexdigest()[:20]
 
 
-def key(outcome: dict) -> tuple[str, str, str]: return (str(outcome["kind"]), str(outcome["location"]), fingerprint(outcome))
+def key(outcome: dict) -> tuple[str, str, str]:
+  return (str(outcome["kind"]), str(outcome["location"]), fingerprint(outcome))
 
 
-def entries(outcomes: Iterable[dict], head_commit: Optional[str] = None, base_commit: Optional[str] = None) -> list[dict]:
+def entries(outcomes: Iterable[dict], head_commit: Optional[str] = None,
+            base_commit: Optional[str] = None) -> list[dict]:
   """Acceptance records for the changed outcomes among `outcomes` (mismatches and errors cannot be accepted), scoped
   to the base of the replay they come from."""
-  return [{"kind": o["kind"], "location": o["location"], "fingerprint": fingerprint(o), "name": o.get("name", ""), "head_commit": head_commit,
+  return [{"kind": o["kind"], "location": o["location"], "fingerprint": fingerprint(o), "name": o.get("name", ""),
+           "head_commit": head_commit,
            "base_commit": base_commit} for o in outcomes if o["status"] == "changed"]
 
 
 def applies(entry: dict, base_commit: Optional[str]) -> bool:
-  """Whether an acceptance holds for a replay against `base_commit`: made against that base (or recorded without one)."""
+  """Whether an acceptance holds for a replay against `base_commit`: made against that base (or recorded without
+  one)."""
   return not entry.get("base_commit") or entry.get("base_commit") == base_commit
 
 
@@ -55,7 +59,8 @@ def read_file(path: pathlib.Path) -> list[dict]:
   for item in items:
     if not (isinstance(item, dict) and all(isinstance(item.get(k), str) for k in ("kind", "location", "fingerprint"))
             and isinstance(item.get("base_commit", ""), (str, type(None)))):
-      raise AcceptFileError(f"{path}: every accepted change needs string kind, location and fingerprint (and base_commit, if any), "
+      raise AcceptFileError(f"{path}: every accepted change needs string kind, location and fingerprint (and "
+                            f"base_commit, if any), "
                             f"got {str(item)[:80]}")
     out.append(item)
   return out
@@ -68,7 +73,8 @@ def write_file(path: pathlib.Path, items: list[dict]) -> None:
   path.write_text(json.dumps({"format": FORMAT, "accepted": [unique[k] for k in sorted(unique)]}, indent=1) + "\n")
 
 
-def accepted_keys(stored: list[dict], path: Optional[pathlib.Path] = None, base_commit: Optional[str] = None) -> set[tuple[str, str, str]]:
+def accepted_keys(stored: list[dict], path: Optional[pathlib.Path] = None,
+                  base_commit: Optional[str] = None) -> set[tuple[str, str, str]]:
   """The keys of the acceptances (stored, and in the file) that hold for a replay against `base_commit`."""
   items = stored + (read_file(path) if path is not None else [])
   return {(str(e["kind"]), str(e["location"]), str(e["fingerprint"])) for e in items if applies(e, base_commit)}

@@ -57,5 +57,6 @@ def align(mine: list[dict], theirs: list[dict]) -> list[Pair]:
   (None, theirs) for one only the other run took. Every capture appears in exactly one pair."""
   a, b = _by_location(mine), _by_location(theirs)
   pairs: list[Pair] = []
-  for location in list(a) + [loc for loc in b if loc not in a]: pairs += align_sequences(a.get(location, []), b.get(location, []))
+  for location in list(a) + [loc for loc in b if loc not in a]:
+    pairs += align_sequences(a.get(location, []), b.get(location, []))
   return pairs

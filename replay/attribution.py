@@ -29,8 +29,10 @@ def _realize_window(run_captures: list[dict], exec_capture: dict) -> list[dict]:
 
 def _pointer(outcome: dict, what: str) -> str:
   diff = (outcome.get("diff") or outcome.get("reason") or "").splitlines()
-  head = diff[:DIFF_LINES] + ([f"... (`replay show {outcome['capture_id']}` shows the whole diff)"] if len(diff) > DIFF_LINES else [])
-  return "\n".join([f"{what}: capture {outcome['capture_id']} [{outcome['kind']}] {outcome['status']}: {outcome['name']}", *head])
+  head = diff[:DIFF_LINES] + ([f"... (`replay show {outcome['capture_id']}` shows the whole diff)"]
+                              if len(diff) > DIFF_LINES else [])
+  return "\n".join([f"{what}: capture {outcome['capture_id']} [{outcome['kind']}] {outcome['status']}: "
+                    f"{outcome['name']}", *head])
 
 
 def name_changed_kernels(store: Store, replay_id: int) -> int:
@@ -50,9 +52,12 @@ def name_changed_kernels(store: Store, replay_id: int) -> int:
     schedule = next((w for w in window if w["kind"] == "schedule" and w["status"] in CHANGED), None)
     if kernel is not None: line = _pointer(kernel, "first changed kernel of this realize")
     elif schedule is not None: line = _pointer(schedule, "no kernel source of this realize changed, its schedule did")
-    else: line = "no kernel or schedule captured for this realize changed (a kernel compiled earlier, or what runs the kernels, differs)"
+    else:
+      line = ("no kernel or schedule captured for this realize changed (a kernel compiled earlier, or what runs the "
+              "kernels, differs)")
     try: metrics = json.loads(o.get("metrics") or "{}")
     except ValueError: metrics = {}
     # in the metrics, not the diff: realizes with the same difference still group in reports
-    store.update_outcome(o["id"], metrics=json.dumps({**(metrics if isinstance(metrics, dict) else {}), "first_changed": line}))
+    store.update_outcome(o["id"],
+                         metrics=json.dumps({**(metrics if isinstance(metrics, dict) else {}), "first_changed": line}))
   return len(mismatches)

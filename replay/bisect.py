@@ -15,7 +15,8 @@ Signature = tuple
 
 def signature(outcomes: list[dict]) -> Signature:
   """What a replay of the captures says, independent of timing: (capture id, status, diff fingerprint) per capture."""
-  return tuple(sorted((o["capture_id"], o["status"], hashlib.sha256((o.get("diff") or o.get("reason") or "").encode()).hexdigest()[:16])
+  return tuple(sorted((o["capture_id"], o["status"],
+                       hashlib.sha256((o.get("diff") or o.get("reason") or "").encode()).hexdigest()[:16])
                       for o in outcomes))
 
 

@@ -25,7 +25,8 @@ def encode(data: np.ndarray, shared: dict[str, bytes]) -> Any:
   shape = tuple(int(d) for d in np.shape(data))
   if flat.size > 1:
     rows = flat.view(np.uint8).reshape(flat.size, flat.dtype.itemsize)
-    if (rows == rows[0]).all(): return {"fill": flat[:1].copy(), "size": int(flat.size), "shape": shape}   # bitwise: NaN, -0.0 kept
+    if (rows == rows[0]).all():
+      return {"fill": flat[:1].copy(), "size": int(flat.size), "shape": shape}   # bitwise: NaN, -0.0 kept
   if flat.nbytes < SHARED_BYTES: return data
   raw = flat.tobytes()
   sha = hashlib.sha256(raw).hexdigest()
@@ -36,10 +37,13 @@ def encode(data: np.ndarray, shared: dict[str, bytes]) -> Any:
 def decode(entry: Any, shared: Optional[dict[str, bytes]] = None, size: Optional[int] = None) -> np.ndarray:
   """The array an entry stands for (flat when `size` is given and checked against it, else in its shape)."""
   if not isinstance(entry, dict): return np.asarray(entry).reshape(-1) if size is not None else np.asarray(entry)
-  if entry.get("omitted"): raise BufferEntryError(f"input buffer of {entry.get('nbytes')} bytes was recorded by hash only (above REPLAY_MAX_EXEC_BYTES)")
+  if entry.get("omitted"):
+    raise BufferEntryError(f"input buffer of {entry.get('nbytes')} bytes was recorded by hash only (above "
+                           f"REPLAY_MAX_EXEC_BYTES)")
   count = entry.get("size")
   if not isinstance(count, int) or count < 0 or (size is not None and count != size):
-    raise BufferEntryError(f"buffer entry says {count!r} elements" + (f" for a buffer of {size}" if size is not None else ""))
+    raise BufferEntryError(f"buffer entry says {count!r} elements" + (f" for a buffer of {size}" if size is not None
+                                                                      else ""))
   if "fill" in entry:
     fill = np.asarray(entry["fill"]).reshape(-1)
     if fill.size != 1: raise BufferEntryError("a constant-fill entry holds more than one value")
@@ -48,12 +52,14 @@ def decode(entry: Any, shared: Optional[dict[str, bytes]] = None, size: Optional
     raw = (shared or {}).get(entry["blob"])
     if raw is None: raise BufferEntryError(f"buffer blob {entry['blob'][:12]} is not in the database")
     dtype = serialize.plain_dtype(entry.get("dtype"))
-    if len(raw) != count * dtype.itemsize: raise BufferEntryError(f"buffer blob {entry['blob'][:12]} does not hold {count} {dtype} values")
+    if len(raw) != count * dtype.itemsize:
+      raise BufferEntryError(f"buffer blob {entry['blob'][:12]} does not hold {count} {dtype} values")
     flat = np.frombuffer(raw, dtype=dtype)
   else: raise BufferEntryError(f"unknown buffer entry with keys {sorted(map(str, entry))}")
   if size is not None: return flat
   shape = entry.get("shape")
-  if not (isinstance(shape, (tuple, list)) and all(isinstance(d, int) and d >= 0 for d in shape)) or int(np.prod(shape)) != count:
+  if not (isinstance(shape, (tuple, list))
+          and all(isinstance(d, int) and d >= 0 for d in shape)) or int(np.prod(shape)) != count:
     raise BufferEntryError(f"buffer entry has shape {shape!r} for {count} elements")
   return flat.reshape(tuple(shape))
 

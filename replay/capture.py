@@ -110,7 +110,8 @@ def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:
   try:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
     if commit.returncode != 0: return None, None
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=10)
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True,
+                            text=True, timeout=10)
     return commit.stdout.strip(), int(bool(status.stdout.strip()))
   except (OSError, subprocess.SubprocessError): return None, None
 
@@ -129,7 +130,8 @@ def _outside_name(filename: str) -> Optional[str]:
 
 def location() -> str:
   """Where a capture was taken: the pytest node id under pytest, else `file:line function` of the first frame outside
-  the compiler and harness; a region named with `replay_location` comes first (`workload:mlp_sgd @ models.py:31 train`)."""
+  the compiler and harness; a region named with `replay_location` comes first
+  (`workload:mlp_sgd @ models.py:31 train`)."""
   region = current_region()
   node = os.getenv("PYTEST_CURRENT_TEST")
   where = node.rsplit(" ", 1)[0] if node else code_location()
@@ -140,7 +142,8 @@ def code_location() -> str:
   """`file:line function` of the innermost frame outside the compiler and the harness."""
   frame = sys._getframe(1)
   while frame is not None:
-    if (name := _outside_name(frame.f_code.co_filename)) is not None: return f"{name}:{frame.f_lineno} {frame.f_code.co_name}"
+    if (name := _outside_name(frame.f_code.co_filename)) is not None:
+      return f"{name}:{frame.f_lineno} {frame.f_code.co_name}"
     frame = frame.f_back
   return "?"
 
@@ -158,7 +161,8 @@ def _exec_inputs(sink) -> tuple[dict, dict, dict[str, bytes]]:
   cap, contents, omitted, shared = max_exec_bytes(), {}, [], {}
   for u, size, dtype_name, nbytes, read in sut.contract().graph_buffers(sink):
     if nbytes > cap:
-      contents[u] = {"omitted": True, "size": size, "dtype": dtype_name, "nbytes": nbytes, "sha256": hashlib.sha256(read().tobytes()).hexdigest()}
+      contents[u] = {"omitted": True, "size": size, "dtype": dtype_name, "nbytes": nbytes,
+                     "sha256": hashlib.sha256(read().tobytes()).hexdigest()}
       omitted.append(nbytes)
     else: contents[u] = buffers.encode(read(), shared)
   return contents, ({"omitted_buffers": len(omitted), "omitted_bytes": sum(omitted)} if omitted else {}), shared
@@ -219,7 +223,8 @@ class CapturePoint:
     except Exception as e:
       if os.getpid() not in _WARNED:   # one warning per process, not one per capture
         _WARNED.append(os.getpid())
-        print(f"replay capture: could not store a {self.kind} capture ({type(e).__name__}: {e}); further failures in this "
+        print(f"replay capture: could not store a {self.kind} capture ({type(e).__name__}: {e}); further failures in "
+              f"this "
               "process are counted, not reported", file=sys.stderr)
       try:   # the run counts what it lost, so that it ends as a failure (best effort: the database may be what failed)
         store, run_id = SINK.get()
@@ -233,16 +238,20 @@ class CapturePoint:
       if self.kind == "schedule":
         asts, var_vals = self.output
         output = {"asts": list(asts), "var_vals": dict(var_vals)}
-        self.name = f"{len(asts)} kernels" + (f": {','.join(sorted({contract.kernel_kind(a) for a in asts}))}" if asts else "")
+        self.name = f"{len(asts)} kernels" + (f": {','.join(sorted({contract.kernel_kind(a) for a in asts}))}" if asts
+                                              else "")
       elif self.kind == "kernel":
         src, name, *options = self.output   # older compilers hand over (src, name) only
         output, self.name = {"src": src, "name": name, **({"options": options[0]} if options else {})}, name
-      else: output = {"outputs": [buffers.encode(o, self.shared) for o in self.output]}   # a step's outputs are the next one's inputs
+      else:
+        # a step's outputs are the next one's inputs
+        output = {"outputs": [buffers.encode(o, self.shared) for o in self.output]}
       output_data = serialize.dumps(output)
     compiler = flags_json({k: v for k, v in self.flags.items() if k not in NON_COMPILER_FLAGS})
     # the content key: the hash of the input payload's hash and the compiler flags (the payload is hashed once)
     in_sha = hashlib.sha256(self.input_data).hexdigest()
     key = hashlib.sha256(f"{in_sha}|{compiler}".encode()).hexdigest()
     store, run_id = SINK.get()
-    store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data, flags_json(self.flags), self.meta,
+    store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data,
+                      flags_json(self.flags), self.meta,
                       input_sha=in_sha, shared_blobs=self.shared)

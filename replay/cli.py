@@ -28,37 +28,51 @@ OPTIONS = {
   "location": _o("--location", default=None, help="Only captures whose location contains this text."),
   "ids": _o("--id", "ids", type=int, multiple=True, help="Only these capture ids."),
   "shard": _o("--shard", default=None, metavar="I/N",
-              help="Replay only shard I of N of the selection (deterministic, disjoint); join the shards with `replay merge`."),
+              help="Replay only shard I of N of the selection (deterministic, disjoint); join the shards with `replay "
+                   "merge`."),
   # revisions
   "base": _o("--base", required=True, help="The revision to replay on (branch, tag, sha, HEAD~N; e.g. origin/main)."),
   "merge_base": _o("--merge-base", is_flag=True, help="Use the merge base of --base and HEAD."),
   # policy
   "jobs": _o("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores)."),
-  "timeout": _o("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per capture before it is an error."),
+  "timeout": _o("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+                help="Seconds per capture before it is an error."),
   "worker_memory": _o("--worker-memory", type=click.IntRange(min=0), default=8192, show_default=True,
-                      help="Address-space limit of each replay worker in MiB (0: none); a capture that needs more is an error."),
+                      help="Address-space limit of each replay worker in MiB (0: none); a capture that needs more is "
+                           "an error."),
   "max_changed": _o("--max-changed", callback=_count_or_percent, default=None, metavar="COUNT|PCT%",
                     help="Stop early after this many (or this percent, e.g. 5%) changed or mismatched captures."),
-  "expect_no_change": _o("--expect-no-change", is_flag=True, help="Fail (exit 1) if any kernel changed (changed, added or removed); the gate "
+  "expect_no_change": _o("--expect-no-change", is_flag=True,
+                         help="Fail (exit 1) if any kernel changed (changed, added or removed); the gate "
                          "also takes it from [no-kernel-change] in the head commit or PR_TITLE."),
-  "allow_incompatible": _o("--allow-incompatible", is_flag=True, help="Let through captures the base cannot load or call (a new op, a new "
+  "allow_incompatible": _o("--allow-incompatible", is_flag=True,
+                           help="Let through captures the base cannot load or call (a new op, a new "
                            "contract version); replay errors (the compiler crashed or hung on a capture) still fail."),
-  "fail_on_drift": _o("--fail-on-drift", is_flag=True, help="Fail (exit 3) when outputs differ bit for bit, even within tolerance."),
+  "fail_on_drift": _o("--fail-on-drift", is_flag=True,
+                      help="Fail (exit 3) when outputs differ bit for bit, even within tolerance."),
   "max_cost_increase": _o("--max-cost-increase", type=click.FloatRange(min=0), default=None,
-                          help="Fail (exit 1) when a changed kernel's static cost grows by more than this percentage (e.g. 10)."),
+                          help="Fail (exit 1) when a changed kernel's static cost grows by more than this percentage "
+                               "(e.g. 10)."),
   "rtol": _o("--rtol", type=float, default=None, help="Relative tolerance for float outputs (all float dtypes)."),
   "atol": _o("--atol", type=float, default=None, help="Absolute tolerance for float outputs (all float dtypes)."),
   # output
-  "fmt": _o("--format", "fmt", type=click.Choice(rpt.FORMATS), default="text", show_default=True, help="Report format on stdout."),
-  "output": _o("--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Also write the report to this file."),
-  "show_all": _o("--all", "show_all", is_flag=True, help="Show every group of differences, each in full (no truncation)."),
+  "fmt": _o("--format", "fmt", type=click.Choice(rpt.FORMATS), default="text", show_default=True,
+            help="Report format on stdout."),
+  "output": _o("--output", type=click.Path(dir_okay=False, writable=True), default=None,
+               help="Also write the report to this file."),
+  "show_all": _o("--all", "show_all", is_flag=True,
+                 help="Show every group of differences, each in full (no truncation)."),
   "replay_id": _o("--replay", "replay_id", type=int, default=None, help="The replay (default: the latest)."),
-  "statuses": _o("--status", "statuses", type=click.Choice(rpt.STATUSES), multiple=True, help="Only outcomes with this status (repeatable)."),
-  "view_kinds": _o("--kind", "view_kinds", type=click.Choice(rpt.KINDS), multiple=True, help="Only captures of this kind (repeatable)."),
-  "view_location": _o("--location", "view_location", default=None, help="Only captures whose location contains this text."),
+  "statuses": _o("--status", "statuses", type=click.Choice(rpt.STATUSES), multiple=True,
+                 help="Only outcomes with this status (repeatable)."),
+  "view_kinds": _o("--kind", "view_kinds", type=click.Choice(rpt.KINDS), multiple=True,
+                   help="Only captures of this kind (repeatable)."),
+  "view_location": _o("--location", "view_location", default=None,
+                      help="Only captures whose location contains this text."),
 }
 SELECTION = ("runs", "kinds", "names", "location", "ids")
-POLICY = ("jobs", "timeout", "worker_memory", "max_changed", "expect_no_change", "allow_incompatible", "fail_on_drift", "max_cost_increase",
+POLICY = ("jobs", "timeout", "worker_memory", "max_changed", "expect_no_change", "allow_incompatible", "fail_on_drift",
+          "max_cost_increase",
           "rtol", "atol")
 VIEW = ("statuses", "view_kinds", "view_location")
 
@@ -87,7 +101,8 @@ def err(text: str) -> None: click.echo(text, err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", "db_path", envvar="REPLAY_DB", default=None, help="Database file (env REPLAY_DB, default .replay/replay.db).")
+@click.option("--db", "db_path", envvar="REPLAY_DB", default=None,
+              help="Database file (env REPLAY_DB, default .replay/replay.db).")
 @click.pass_context
 def cli(ctx, db_path: Optional[str]):
   """Process replay: capture what the compiler does on real workloads, replay it against another revision, and see
@@ -105,7 +120,8 @@ def capture(s: Session, cmd):
   if code != 0: err(f"replay: the captured command exited with code {code}")
   if not sum(counts.values()): err("replay: warning: the command captured nothing (does it use the compiler?)")
   if code == 0 and (lost := (s.store().run(run_id) or {}).get("lost")):
-    raise ReplayError(f"{lost} captures of run {run_id} could not be stored (see the warning above); the run is incomplete")
+    raise ReplayError(f"{lost} captures of run {run_id} could not be stored (see the warning above); the run is "
+                      f"incomplete")
   sys.exit(code if code >= 0 else 128 - code)  # killed by a signal: the shell's convention
 
 
@@ -121,8 +137,10 @@ def run(s: Session, shard, fmt, output, **kw):
 
 @cli.command()
 @options("base", "merge_base")
-@click.option("--rerun", is_flag=True, help="Also run the captured commands again with the base (and once more with the current tree, "
-              "to tell nondeterminism from regressions) and compare the runs: catches frontend, autograd and flag-default changes.")
+@click.option("--rerun", is_flag=True,
+              help="Also run the captured commands again with the base (and once more with the current tree, "
+              "to tell nondeterminism from regressions) and compare the runs: catches frontend, autograd and "
+              "flag-default changes.")
 @options(*SELECTION, "shard", *POLICY, "fmt", "output")
 @click.pass_obj
 def diff(s: Session, base, merge_base, rerun, shard, fmt, output, **kw):
@@ -157,8 +175,10 @@ def list_(s: Session, limit, **selection):
 @cli.command()
 @click.argument("capture_id", type=int, required=False)
 @options("replay_id")
-@click.option("--why", is_flag=True, help="Name the first rewrite rule whose application differs between the base and this tree.")
-@click.option("--base", "why_base", default=None, help="With --why: the base revision (default: the base of the capture's last replay).")
+@click.option("--why", is_flag=True,
+              help="Name the first rewrite rule whose application differs between the base and this tree.")
+@click.option("--base", "why_base", default=None,
+              help="With --why: the base revision (default: the base of the capture's last replay).")
 @options(*VIEW)
 @click.pass_obj
 def show(s: Session, capture_id, replay_id, why, why_base, statuses, view_kinds, view_location):
@@ -172,10 +192,13 @@ def show(s: Session, capture_id, replay_id, why, why_base, statuses, view_kinds,
 
 @cli.command()
 @options("replay_id", "fmt")
-@click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Write to this file instead of stdout.")
+@click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write to this file instead of stdout.")
 @options("show_all")
-@click.option("--why", is_flag=True, help="Name the rewrite rule behind each changed schedule group (replays it with tracing; text and html).")
-@click.option("--why-limit", type=click.IntRange(min=1), default=10, show_default=True, help="Explain at most this many groups.")
+@click.option("--why", is_flag=True,
+              help="Name the rewrite rule behind each changed schedule group (replays it with tracing; text and html).")
+@click.option("--why-limit", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Explain at most this many groups.")
 @options(*VIEW)
 @click.pass_obj
 def report(s: Session, replay_id, fmt, output, show_all, statuses, view_kinds, view_location, why, why_limit):
@@ -184,7 +207,9 @@ def report(s: Session, replay_id, fmt, output, show_all, statuses, view_kinds, v
   summary = s.stored_summary(replay_id, statuses, view_kinds, view_location, show_all, require_matches=True)
   if why: summary.explanations = s.explain_groups(summary, why_limit)
   text = rpt.render(summary, fmt)
-  if output: pathlib.Path(output).write_text(text); click.echo(f"wrote {fmt} report of replay {summary.replay['id']} to {output}")
+  if output:
+    pathlib.Path(output).write_text(text)
+    click.echo(f"wrote {fmt} report of replay {summary.replay['id']} to {output}")
   else: echo_report(text, fmt, page=True)
   sys.exit(summary.verdict()[0])   # the stored replay's verdict, under the policy it ran with
 
@@ -194,12 +219,14 @@ def report(s: Session, replay_id, fmt, output, show_all, statuses, view_kinds, v
 @click.pass_obj
 def reset(s: Session, yes):
   """Delete every capture, replay and blob from the database, and the cached worktrees and overlays."""
-  if not yes and not click.confirm(f"delete everything in {s.store(create=True).path} and the cached worktrees?"): sys.exit(0)
+  if not yes and not click.confirm(f"delete everything in {s.store(create=True).path} and the cached worktrees?"):
+    sys.exit(0)
   click.echo(s.reset())
 
 
 @cli.command()
-@click.option("--limit", type=int, default=20, show_default=True, help="Show at most this many runs and replays (0: all).")
+@click.option("--limit", type=int, default=20, show_default=True,
+              help="Show at most this many runs and replays (0: all).")
 @click.pass_obj
 def runs(s: Session, limit):
   """List capture runs (command, commit, how it ended, captures) and replays (base, verdict), newest first."""
@@ -207,9 +234,12 @@ def runs(s: Session, limit):
 
 
 @cli.command()
-@click.option("--keep", type=click.IntRange(min=0), default=5, show_default=True, help="Keep this many of the newest capture runs.")
-@click.option("--older-than", "older_than", type=click.FloatRange(min=0), default=None, help="Only prune runs older than this many days.")
-@click.option("--worktrees/--no-worktrees", default=True, show_default=True, help="Also remove the cached worktrees and overlays.")
+@click.option("--keep", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Keep this many of the newest capture runs.")
+@click.option("--older-than", "older_than", type=click.FloatRange(min=0), default=None,
+              help="Only prune runs older than this many days.")
+@click.option("--worktrees/--no-worktrees", default=True, show_default=True,
+              help="Also remove the cached worktrees and overlays.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed, remove nothing.")
 @click.pass_obj
 def prune(s: Session, keep, older_than, worktrees, dry_run):
@@ -226,12 +256,14 @@ def coverage_cmd(s: Session, base, merge_base, jobs, timeout, **selection):
   that run only while a module is imported count as not run). Exit 0 either way; the gate measures the same on the
   captured command itself and fails on it."""
   from replay.session import resolve
-  click.echo(s.coverage(s.select(**selection)[0], resolve(base, merge_base)[1], Policy(jobs=jobs, timeout=timeout)).report())
+  click.echo(s.coverage(s.select(**selection)[0], resolve(base, merge_base)[1],
+                        Policy(jobs=jobs, timeout=timeout)).report())
 
 
 @cli.command()
 @options("replay_id", "ids", *VIEW)
-@click.option("--export", "export", is_flag=True, help="Also write every accepted change to the accepted-changes file (to commit).")
+@click.option("--export", "export", is_flag=True,
+              help="Also write every accepted change to the accepted-changes file (to commit).")
 @click.pass_obj
 def accept(s: Session, replay_id, ids, statuses, view_kinds, view_location, export):
   """Accept the kernel changes of a replay as expected for this change: later replays and the gate show them as
@@ -247,11 +279,13 @@ def review(s: Session, replay_id):
   """Walk the kernel changes of a replay one group at a time: [a]ccept, [s]kip, [d]iff in full, [q]uit."""
   summary = s.stored_summary(replay_id, ("changed",))
   pending = [g for g in summary.groups() if not summary.is_accepted(g[0])]
-  if not pending: return click.echo(f"nothing to review: replay {summary.replay['id']} has no kernel changes that are not accepted")
+  if not pending:
+    return click.echo(f"nothing to review: replay {summary.replay['id']} has no kernel changes that are not accepted")
   accepted = 0
   for n, group in enumerate(pending, 1):
     click.echo(f"\n[{n}/{len(pending)}] " + rpt.render_group(group, max_lines=30))
-    while (choice := click.prompt("accept, skip, diff, quit", type=click.Choice(["a", "s", "d", "q"]), default="s", show_choices=True)) == "d":
+    while (choice := click.prompt("accept, skip, diff, quit", type=click.Choice(["a", "s", "d", "q"]), default="s",
+                                  show_choices=True)) == "d":
       echo_report(rpt.render_group(group, max_lines=None), page=True)
     if choice == "q": break
     if choice == "a": s.accept_group(summary, group); accepted += len(group)
@@ -259,7 +293,8 @@ def review(s: Session, replay_id):
 
 
 @cli.command()
-@click.option("--good", required=True, help="A revision where the captures replay as they should (the search starts after it).")
+@click.option("--good", required=True,
+              help="A revision where the captures replay as they should (the search starts after it).")
 @click.option("--bad", required=True, help="A later revision where their outcome is different.")
 @options(*SELECTION, "jobs", "timeout")
 @click.pass_obj
@@ -273,16 +308,21 @@ def bisect(s: Session, good, bad, jobs, timeout, **selection):
 @cli.command(context_settings={"ignore_unknown_options": True})
 @options("base", "merge_base", "expect_no_change", "allow_incompatible", "jobs", "timeout")
 @click.option("--junit", type=click.Path(dir_okay=False, writable=True), default=None, help="Write JUnit XML here.")
-@click.option("--html", type=click.Path(dir_okay=False, writable=True), default=None, help="Write the HTML report here.")
+@click.option("--html", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the HTML report here.")
 @click.option("--rerun/--no-rerun", default=True, show_default=True,
-              help="Also run the command with the base (alongside the capture) and compare the two runs end to end, which sees "
-                   "changes before the graph (frontend, autograd, optimizers, dtype promotion, flag defaults); --no-rerun "
+              help="Also run the command with the base (alongside the capture) and compare the two runs end to end, "
+                   "which sees "
+                   "changes before the graph (frontend, autograd, optimizers, dtype promotion, flag defaults); "
+                   "--no-rerun "
                    "replays the captured graphs only.")
 @options("fail_on_drift", "max_cost_increase")
 @click.option("--coverage/--no-coverage", default=True, show_default=True,
-              help="Probe which changed lines of the system under test the captured command runs (after import); fail (1) when "
+              help="Probe which changed lines of the system under test the captured command runs (after import); fail "
+                   "(1) when "
                    "fewer than [tool.replay] changed-lines-guarded percent (default 100) do.")
-@click.option("--allow-unguarded", is_flag=True, help="Do not fail on changed lines no capture runs (they are still listed); also set by "
+@click.option("--allow-unguarded", is_flag=True,
+              help="Do not fail on changed lines no capture runs (they are still listed); also set by "
               "[allow-unguarded] in the head commit or PR_TITLE.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
@@ -305,10 +345,13 @@ def gate(s: Session, base, merge_base, junit, html, rerun, coverage, allow_ungua
 @options("base")
 @click.option("--budget", type=click.FloatRange(min=1), default=300.0, show_default=True,
               help="Seconds to spend: sets how many programs run (about 0.5 s each, capture and replay included).")
-@click.option("--count", type=click.IntRange(min=1), default=None, help="Run exactly this many programs (overrides --budget).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the program stream (the same programs at every revision).")
+@click.option("--count", type=click.IntRange(min=1), default=None,
+              help="Run exactly this many programs (overrides --budget).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the program stream (the same programs at every revision).")
 @click.option("--save", "save_dir", type=click.Path(file_okay=False), default=None,
-              help="Write each program that shows a difference here as a standalone pytest file (it can join the corpus).")
+              help="Write each program that shows a difference here as a standalone pytest file (it can join the "
+                   "corpus).")
 @options("jobs", "timeout", "fmt", "output")
 @click.pass_obj
 def fuzz(s: Session, base, budget, count, seed, save_dir, jobs, timeout, fmt, output):
@@ -339,8 +382,10 @@ def main() -> None:
   except ReplayError as e:
     err(f"replay: error: {e}")
     sys.exit(e.exit_code)
-  except (StoreError, sqlite3.Error) as e:   # the database failed under a command (a full disk, an I/O error): one line, exit 4
-    err(f"replay: error: {e}" if isinstance(e, StoreError) else f"replay: error: the database failed: {type(e).__name__}: {e}")
+  # the database failed under a command (a full disk, an I/O error): one line, exit 4
+  except (StoreError, sqlite3.Error) as e:
+    err(f"replay: error: {e}" if isinstance(e, StoreError)
+        else f"replay: error: the database failed: {type(e).__name__}: {e}")
     sys.exit(rpt.EXIT_HARNESS)
 
 

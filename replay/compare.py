@@ -29,9 +29,11 @@ def _arg_text(u) -> str:
   arg = u.arg
   if arg is None: return ""
   if hasattr(arg, "views"):  # a ShapeTracker
-    return " ".join(f"shape={v.shape} strides={v.strides}" + (f" offset={v.offset}" if v.offset else "") + (f" mask={v.mask}" if v.mask else "")
+    return " ".join(f"shape={v.shape} strides={v.strides}" + (f" offset={v.offset}" if v.offset
+                                                              else "") + (f" mask={v.mask}" if v.mask else "")
                     for v in arg.views)
-  if isinstance(arg, tuple) and arg and hasattr(arg[0], "name") and not isinstance(arg[0], str): return f"({arg[0].name}, {arg[1]})"
+  if isinstance(arg, tuple) and arg and hasattr(arg[0], "name") and not isinstance(arg[0], str):
+    return f"({arg[0].name}, {arg[1]})"
   return repr(arg)
 
 
@@ -62,7 +64,9 @@ def ast_text(ast) -> str:
       continue
     printed.add(u)
     arg = _arg_text(u)
-    lines.append(indent(depth) + f"{u.op.name} {u.dtype!r}" + (f" {arg}" if arg else "") + (f"  #{labels[u]}" if uses.get(u, 0) > 1 else ""))
+    lines.append(indent(depth) + f"{u.op.name} {u.dtype!r}" + (f" {arg}" if arg
+                                                               else "") + (f"  #{labels[u]}" if uses.get(u, 0) > 1
+                                                                           else ""))
     todo.extend((s, depth + 1) for s in reversed(u.src))
   return "\n".join(lines)
 
@@ -88,8 +92,10 @@ def schedule_text(asts: list) -> str:
 
 
 def unified(base: str, captured: str, base_name: str = "base", captured_name: str = "captured") -> str:
-  lines = list(difflib.unified_diff(base.splitlines(), captured.splitlines(), base_name, captured_name, lineterm="", n=3))
-  if len(lines) > MAX_DIFF_LINES: lines = lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines"]
+  lines = list(difflib.unified_diff(base.splitlines(), captured.splitlines(), base_name, captured_name, lineterm="",
+                                    n=3))
+  if len(lines) > MAX_DIFF_LINES:
+    lines = lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines"]
   return "\n".join(lines)
 
 
@@ -117,13 +123,21 @@ def kernel_changes(base: list, captured: list) -> tuple[list[str], list[str]]:
       for i, j in zip(range(i1, i2), range(j1, j2)):
         moved = "" if i == j else f" (kernel {i} of the base)"
         summary.append(f"kernel {j} ({kernel_label(captured[j])}) changed{moved}")
-        diffs.append(unified(base_texts[i], cap_texts[j], f"base kernel {i} ({kernel_label(base[i])})", f"captured kernel {j} ({kernel_label(captured[j])})"))
+        diffs.append(unified(base_texts[i], cap_texts[j], f"base kernel {i} ({kernel_label(base[i])})",
+                             f"captured kernel {j} ({kernel_label(captured[j])})"))
     else:
-      if j2 - j1 == 1: what = f"{_span(i1, i2)} of the base ({_names(base, i1, i2)}) fused into kernel {j1} ({_names(captured, j1, j2)})"
-      elif i2 - i1 == 1: what = f"kernel {i1} of the base ({_names(base, i1, i2)}) split into {_span(j1, j2)} ({_names(captured, j1, j2)})"
-      else: what = f"{_span(i1, i2)} of the base ({_names(base, i1, i2)}) became {_span(j1, j2)} ({_names(captured, j1, j2)})"
+      if j2 - j1 == 1:
+        what = (f"{_span(i1, i2)} of the base ({_names(base, i1, i2)}) fused into kernel {j1} "
+                f"({_names(captured, j1, j2)})")
+      elif i2 - i1 == 1:
+        what = (f"kernel {i1} of the base ({_names(base, i1, i2)}) split into {_span(j1, j2)} "
+                f"({_names(captured, j1, j2)})")
+      else:
+        what = (f"{_span(i1, i2)} of the base ({_names(base, i1, i2)}) became {_span(j1, j2)} "
+                f"({_names(captured, j1, j2)})")
       summary.append(what)
-      diffs.append(unified("\n".join(base_texts[i1:i2]), "\n".join(cap_texts[j1:j2]), f"base {_span(i1, i2)}", f"captured {_span(j1, j2)}"))
+      diffs.append(unified("\n".join(base_texts[i1:i2]), "\n".join(cap_texts[j1:j2]), f"base {_span(i1, i2)}",
+                           f"captured {_span(j1, j2)}"))
   return summary, diffs
 
 
@@ -132,12 +146,14 @@ def compare_schedule(captured: dict, replayed: dict) -> Comparison:
   rep_vars = sorted((k.arg[0], v) for k, v in replayed["var_vals"].items())
   metrics = {"kernels_captured": len(captured["asts"]), "kernels_base": len(replayed["asts"])}
   # UOps are hash-consed: kernels of equal structure are the same objects, and need no text to compare
-  if len(captured["asts"]) == len(replayed["asts"]) and all(a is b for a, b in zip(captured["asts"], replayed["asts"])) and cap_vars == rep_vars:
+  same_objects = all(a is b for a, b in zip(captured["asts"], replayed["asts"]))
+  if len(captured["asts"]) == len(replayed["asts"]) and same_objects and cap_vars == rep_vars:
     return Comparison("same", metrics=metrics)
   cap_keys = [ast_text(a) for a in captured["asts"]]
   rep_keys = [ast_text(a) for a in replayed["asts"]]
   if cap_keys == rep_keys and cap_vars == rep_vars: return Comparison("same", metrics=metrics)
-  if len(cap_keys) > len(rep_keys) and rep_keys: metrics["slower"] = (len(cap_keys) - len(rep_keys)) / len(rep_keys)   # more kernels to run
+  if len(cap_keys) > len(rep_keys) and rep_keys:
+    metrics["slower"] = (len(cap_keys) - len(rep_keys)) / len(rep_keys)   # more kernels to run
   summary, diffs = kernel_changes(replayed["asts"], captured["asts"])
   head = [f"schedule: {len(rep_keys)} kernels in the base, {len(cap_keys)} captured"] + summary
   if cap_vars != rep_vars: head.append(f"variables: base {rep_vars}, captured {cap_vars}")
@@ -156,15 +172,19 @@ def compare_kernel(captured: dict, replayed: dict) -> Comparison:
   if same_source and same_options: return Comparison("same")
   metrics = {}
   if not same_source:
-    base_cost, captured_cost = static_cost(replayed["src"], replayed["name"]), static_cost(captured["src"], captured["name"])
+    base_cost, captured_cost = static_cost(replayed["src"],
+                                           replayed["name"]), static_cost(captured["src"], captured["name"])
     metrics = {"cost_base": base_cost, "cost_captured": captured_cost}
     if (grew := growth(base_cost, captured_cost)) is not None and grew > SLOWER_THRESHOLD: metrics["slower"] = grew
-  parts = [] if same_options else ["compile options changed:\n" + unified(_options_text(replayed["options"]), _options_text(captured["options"]))]
+  parts = [] if same_options else ["compile options changed:\n" + unified(_options_text(replayed["options"]),
+                                                                          _options_text(captured["options"]))]
   if "slower" in metrics:
     b, c = metrics["cost_base"], metrics["cost_captured"]
-    parts.append(f"slower: static cost {b['cost']:.0f} -> {c['cost']:.0f} ({_percent(metrics['slower'])}; alu {b['alu']} -> {c['alu']}, "
+    parts.append(f"slower: static cost {b['cost']:.0f} -> {c['cost']:.0f} ({_percent(metrics['slower'])}; alu "
+                 f"{b['alu']} -> {c['alu']}, "
                  f"loads {b['loads']} -> {c['loads']}, stores {b['stores']} -> {c['stores']})")
-  if not same_source: parts.append(unified(f"// {replayed['name']}\n{replayed['src']}", f"// {captured['name']}\n{captured['src']}"))
+  if not same_source:
+    parts.append(unified(f"// {replayed['name']}\n{replayed['src']}", f"// {captured['name']}\n{captured['src']}"))
   return Comparison("changed", "\n".join(parts), metrics)
 
 
@@ -176,12 +196,14 @@ def compare_arrays(captured: np.ndarray, replayed: np.ndarray, tolerances: Optio
   tolerances = {**DEFAULT_TOLERANCES, **(tolerances or {})}
   captured, replayed = np.asarray(captured), np.asarray(replayed)
   if captured.shape != replayed.shape or captured.dtype != replayed.dtype:
-    return False, {"reason": f"captured {captured.dtype}{list(captured.shape)} vs base {replayed.dtype}{list(replayed.shape)}"}
+    return False, {"reason": f"captured {captured.dtype}{list(captured.shape)} vs base "
+                             f"{replayed.dtype}{list(replayed.shape)}"}
   if captured.size == 0: return True, {"max_abs_err": 0.0, "max_rel_err": 0.0, "mismatches": 0}
   if captured.dtype.kind in "biu":
     bad = captured != replayed
     diff = np.abs(captured.astype(np.float64) - replayed.astype(np.float64))
-    return not bad.any(), {"max_abs_err": float(diff.max()), "max_rel_err": float((diff / np.maximum(np.abs(captured.astype(np.float64)), 1e-300)).max()),
+    return not bad.any(), {"max_abs_err": float(diff.max()),
+                           "max_rel_err": float((diff / np.maximum(np.abs(captured.astype(np.float64)), 1e-300)).max()),
                            "mismatches": int(bad.sum())}
   rtol, atol = tolerances.get(captured.dtype.name, DEFAULT_TOLERANCES["float32"])
   a, b = captured.astype(np.float64), replayed.astype(np.float64)
@@ -193,7 +215,8 @@ def compare_arrays(captured: np.ndarray, replayed: np.ndarray, tolerances: Optio
   bad = ~(same_special | (finite & (abs_err <= atol + rtol * np.abs(a))))
   metrics = {"max_abs_err": float(abs_err.max()), "max_rel_err": float(rel_err.max()), "mismatches": int(bad.sum())}
   # drift: elements inside the tolerance that are not the same bits (NaNs of any payload count as equal)
-  drifted = ~bad & ~(np.isnan(a) & np.isnan(b)) & (captured.view(_BITS[captured.itemsize]) != replayed.view(_BITS[captured.itemsize]))
+  bits = _BITS[captured.itemsize]
+  drifted = ~bad & ~(np.isnan(a) & np.isnan(b)) & (captured.view(bits) != replayed.view(bits))
   if drifted.any():
     metrics.update(drift=int(drifted.sum()), max_ulp=int(ulp_distance(captured[drifted], replayed[drifted]).max()),
                    drift_max_rel_err=float(rel_err[drifted].max()))
@@ -222,24 +245,30 @@ def output_names(meta) -> Optional[list]:
   return [str(n) for n in names] if isinstance(names, list) else None
 
 
-def compare_exec(captured: dict, replayed: dict, tolerances: Optional[dict] = None, names: Optional[list] = None) -> Comparison:
+def compare_exec(captured: dict, replayed: dict, tolerances: Optional[dict] = None,
+                 names: Optional[list] = None) -> Comparison:
   outs_c, outs_r = captured["outputs"], replayed["outputs"]
-  if len(outs_c) != len(outs_r): return Comparison("mismatch", f"captured {len(outs_c)} outputs, base produced {len(outs_r)}")
+  if len(outs_c) != len(outs_r):
+    return Comparison("mismatch", f"captured {len(outs_c)} outputs, base produced {len(outs_r)}")
   lines, total = [], {"max_abs_err": 0.0, "max_rel_err": 0.0, "mismatches": 0}
   for i, (c, r) in enumerate(zip(outs_c, outs_r)):
     ok, m = compare_arrays(c, r, tolerances)
-    for k in ("max_abs_err", "max_rel_err", "mismatches"): total[k] = max(total[k], m.get(k, 0)) if k != "mismatches" else total[k] + m.get(k, 0)
+    for k in ("max_abs_err", "max_rel_err", "mismatches"):
+      total[k] = max(total[k], m.get(k, 0)) if k != "mismatches" else total[k] + m.get(k, 0)
     if m.get("drift"):
       total["drift"] = total.get("drift", 0) + m["drift"]
       total["max_ulp"] = max(total.get("max_ulp", 0), m["max_ulp"])
       total["drift_max_rel_err"] = max(total.get("drift_max_rel_err", 0.0), m["drift_max_rel_err"])
     if not ok:
-      detail = m.get("reason") or f"{m['mismatches']} of {np.asarray(c).size} elements differ, max abs err {m['max_abs_err']:.3g}, max rel err {m['max_rel_err']:.3g}"
+      detail = (m.get("reason")
+                or f"{m['mismatches']} of {np.asarray(c).size} elements differ, max abs err {m['max_abs_err']:.3g}, "
+                   f"max rel err {m['max_rel_err']:.3g}")
       name = f" ({names[i]})" if names and i < len(names) else f" ({np.asarray(c).dtype}{list(np.asarray(c).shape)})"
       lines.append(f"output {i}{name}: {detail}")
       if "reason" not in m:
         flat_c, flat_r = np.asarray(c).reshape(-1), np.asarray(r).reshape(-1)
-        where = np.flatnonzero(~np.isclose(flat_c.astype(np.float64), flat_r.astype(np.float64), equal_nan=True))[:5] if flat_c.dtype.kind == "f" \
+        where = np.flatnonzero(~np.isclose(flat_c.astype(np.float64), flat_r.astype(np.float64),
+                                           equal_nan=True))[:5] if flat_c.dtype.kind == "f" \
           else np.flatnonzero(flat_c != flat_r)[:5]
         for j in where: lines.append(f"-  [{j}] {flat_r[j]!r}\n+  [{j}] {flat_c[j]!r}")
   return Comparison("mismatch" if lines else "same", "\n".join(lines), total)

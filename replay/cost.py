@@ -12,10 +12,13 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-_TYPE_BYTES = {"bool": 1, "char": 1, "unsigned char": 1, "signed char": 1, "short": 2, "unsigned short": 2, "half": 2, "_Float16": 2,
-               "int": 4, "unsigned int": 4, "float": 4, "long": 8, "long long": 8, "unsigned long": 8, "unsigned long long": 8, "double": 8}
+_TYPE_BYTES = {"bool": 1, "char": 1, "unsigned char": 1, "signed char": 1, "short": 2, "unsigned short": 2, "half": 2,
+               "_Float16": 2,
+               "int": 4, "unsigned int": 4, "float": 4, "long": 8, "long long": 8, "unsigned long": 8,
+               "unsigned long long": 8, "double": 8}
 _FOR = re.compile(r"^for \(int \w+ = \(?(?:\(int\))?(-?\d+)\)?; \w+ < \(?(?:\(int\))?(-?\d+)\)?;")
-_DECL = re.compile(r"^((?:unsigned |signed )?(?:long long|long|int|short|char|float|double|half|_Float16|bool))\s+(\w+)\s*=\s*(.*);$")
+_DECL = re.compile(r"^((?:unsigned |signed )?(?:long "
+                   r"long|long|int|short|char|float|double|half|_Float16|bool))\s+(\w+)\s*=\s*(.*);$")
 _LOAD = re.compile(r"^\*?\(?\w*\)?\s*data\d+\[")
 _STORE = re.compile(r"^data\d+\[.*\]\s*=")
 _INDEXED = re.compile(r"data\d+\[")
@@ -28,7 +31,8 @@ def kernel_body(src: str, name: Optional[str] = None) -> list[str]:
   """The lines of the kernel function (`void NAME(...) {` to its closing brace, after any `__attribute__((...))`),
   without helper functions."""
   lines = [line.strip() for line in src.splitlines()]
-  start = next((i for i, line in enumerate(lines) if _ATTRIBUTES.sub("", line).startswith("void ") and (name is None or f" {name}(" in line)), None)
+  start = next((i for i, line in enumerate(lines) if _ATTRIBUTES.sub("", line).startswith("void ")
+                and (name is None or f" {name}(" in line)), None)
   if start is None: return []
   depth, body = 0, []
   for line in lines[start:]:

@@ -23,7 +23,8 @@ ALLOW_MARKER = "[allow-unguarded]"
 
 def changed_lines(base_sha: str, root: pathlib.Path, packages: tuple[str, ...]) -> dict[str, set[int]]:
   """Lines of the working tree's Python files in `packages` that differ from `base_sha` (added or modified)."""
-  text = revisions.git("diff", "-U0", "--no-color", "--no-ext-diff", base_sha, "--", *[f"{p}/*.py" for p in packages], cwd=str(root))
+  text = revisions.git("diff", "-U0", "--no-color", "--no-ext-diff", base_sha, "--", *[f"{p}/*.py" for p in packages],
+                       cwd=str(root))
   out: dict[str, set[int]] = {}
   current: Optional[str] = None
   for line in text.splitlines():
@@ -41,10 +42,12 @@ def threshold(root: Optional[pathlib.Path] = None) -> float:
   path = (root or revisions.harness_root()) / "pyproject.toml"
   try:
     import tomllib
-    value = tomllib.loads(path.read_text()).get("tool", {}).get("replay", {}).get("changed-lines-guarded", DEFAULT_THRESHOLD)
+    value = tomllib.loads(path.read_text()).get("tool", {}).get("replay", {}).get("changed-lines-guarded",
+                                                                                  DEFAULT_THRESHOLD)
   except (ImportError, OSError, ValueError): return DEFAULT_THRESHOLD
   if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
-    raise revisions.RevisionError(f"[tool.replay] changed-lines-guarded in {path} must be a percentage from 0 to 100; got {value!r}")
+    raise revisions.RevisionError(f"[tool.replay] changed-lines-guarded in {path} must be a percentage from 0 to 100; "
+                                  f"got {value!r}")
   return float(value)
 
 
@@ -68,7 +71,8 @@ class Guard:
     total = self.executable()
     return 100.0 if not total else 100.0 * (total - sum(len(v) for v in self.unguarded().values())) / total
 
-  def import_only(self) -> dict[str, list[int]]: return {path: p.import_only for path, p in self.plans.items() if p.import_only}
+  def import_only(self) -> dict[str, list[int]]:
+    return {path: p.import_only for path, p in self.plans.items() if p.import_only}
 
   def flags(self) -> set[str]: return {name for p in self.plans.values() for name in p.flags.values()}
 
@@ -86,7 +90,8 @@ class Guard:
 
   def report(self) -> str:
     """`replay coverage`: the summary line, then the unguarded lines per file."""
-    return "\n".join([describe(self.to_json())] + [f"  {path}: {ranges(lines)}" for path, lines in self.unguarded().items()])
+    files = [f"  {path}: {ranges(lines)}" for path, lines in self.unguarded().items()]
+    return "\n".join([describe(self.to_json())] + files)
 
 
 def measure_plan(base_sha: str, root: pathlib.Path) -> Guard:
@@ -110,11 +115,13 @@ def describe(doc: Optional[dict], limit: int = 6) -> str:
   if not doc or not doc.get("executable"): return "the change touches no executable line of the system under test"
   unguarded, imported = doc.get("unguarded") or {}, doc.get("import_only") or {}
   total = doc["executable"]
-  if not unguarded: return f"every changed executable line of the system under test ({total}) runs in a capture's computation"
+  if not unguarded:
+    return f"every changed executable line of the system under test ({total}) runs in a capture's computation"
   missed = sum(len(v) for v in unguarded.values())
   listed = [f"{path}:{ranges(list(lines))}" for path, lines in list(unguarded.items())[:limit]]
   more = f"; and {len(unguarded) - limit} more files" if len(unguarded) > limit else ""
   at_import = sum(len(v) for v in imported.values())
   why = f" ({at_import} of them run only while their module is imported)" if at_import else ""
-  return (f"unguarded: {missed} of {total} changed executable lines of the system under test run in no capture's computation{why}: "
+  return (f"unguarded: {missed} of {total} changed executable lines of the system under test run in no capture's "
+          f"computation{why}: "
           + "; ".join(listed) + more)

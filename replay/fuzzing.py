@@ -9,7 +9,8 @@ from __future__ import annotations
 import pathlib, re, subprocess, sys
 from typing import Optional
 
-SECONDS_PER_PROGRAM = 0.5   # capture on two devices, plain replay and reruns: ~0.12 s measured with a warm compile cache
+# capture on two devices, plain replay and reruns: ~0.12 s measured with a warm compile cache
+SECONDS_PER_PROGRAM = 0.5
 LOCATION = re.compile(r"fuzz:(\d+):(\d+)")
 
 
@@ -37,7 +38,8 @@ def save_programs(programs: list[tuple[int, int]], directory: pathlib.Path) -> l
   directory.mkdir(parents=True, exist_ok=True)
   written = []
   for seed, index in programs:
-    source = subprocess.run([sys.executable, "-m", "scripts.fuzz", "--print", f"{seed}:{index}"], capture_output=True, text=True,
+    source = subprocess.run([sys.executable, "-m", "scripts.fuzz", "--print", f"{seed}:{index}"], capture_output=True,
+                            text=True,
                             check=True).stdout
     path = directory / f"test_fuzz_{seed}_{index}.py"
     path.write_text(source)

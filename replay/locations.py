@@ -14,7 +14,8 @@ _REGIONS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("repl
 @contextlib.contextmanager
 def replay_location(name: str) -> Iterator[None]:
   """Label the captures taken inside this block (per thread and per asyncio task)."""
-  if not isinstance(name, str) or not name.strip(): raise ValueError(f"replay_location needs a non-empty name, got {name!r}")
+  if not isinstance(name, str) or not name.strip():
+    raise ValueError(f"replay_location needs a non-empty name, got {name!r}")
   token = _REGIONS.set(_REGIONS.get() + (" ".join(name.split()),))   # one line, whatever the caller passed
   try: yield
   finally: _REGIONS.reset(token)

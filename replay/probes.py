@@ -70,13 +70,15 @@ def _sites(tree: ast.Module, lines: set[int]) -> tuple[dict[int, ast.AST], set[i
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
       first = min([d.lineno for d in node.decorator_list] + [node.lineno])
       if in_function: claim(node, first, node.end_lineno)   # a nested def runs when its enclosing function does
-      claim(("header", node), first, node.body[0].lineno - 1)   # defaults, annotations, the signature: used by every call
+      # defaults, annotations, the signature: used by every call
+      claim(("header", node), first, node.body[0].lineno - 1)
       for child in node.body: visit(child, True)
       for d in node.decorator_list: visit(d, in_function)
       for a in node.args.defaults + node.args.kw_defaults: visit(a, in_function) if a is not None else None
       return
     if isinstance(node, ast.Lambda):
-      if not in_function: claim(node, node.lineno, node.end_lineno)   # within a function, its statement's probe suffices
+      if not in_function:
+        claim(node, node.lineno, node.end_lineno)   # within a function, its statement's probe suffices
       visit(node.body, True)
       return
     if isinstance(node, (ast.Import, ast.ImportFrom)) and not in_function:
@@ -92,7 +94,8 @@ def _sites(tree: ast.Module, lines: set[int]) -> tuple[dict[int, ast.AST], set[i
   # when that function runs: a capture used the entry
   functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
   for statement in tree.body:
-    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)): continue
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+      continue
     for node in ast.walk(statement):
       if isinstance(node, ast.Name) and node.id in functions and node.lineno in lines and node.lineno not in site:
         site[node.lineno] = ("header", functions[node.id])
@@ -115,9 +118,11 @@ def _flag_lines(tree: ast.Module, lines: set[int]) -> dict[int, str]:
   for statement in tree.body:
     value = getattr(statement, "value", None)
     if not (isinstance(statement, ast.Assign) and isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
-            and value.func.id == "ContextVar" and value.args and isinstance(value.args[0], ast.Constant) and isinstance(value.args[0].value, str)):
+            and value.func.id == "ContextVar" and value.args and isinstance(value.args[0], ast.Constant)
+            and isinstance(value.args[0].value, str)):
       continue
-    out.update({line: value.args[0].value for line in range(statement.lineno, statement.end_lineno + 1) if line in lines})
+    out.update({line: value.args[0].value for line in range(statement.lineno, statement.end_lineno + 1)
+                if line in lines})
   return out
 
 
@@ -164,7 +169,8 @@ class _Instrument(ast.NodeTransformer):
   def _statements(self, body: list[ast.stmt]) -> list[ast.stmt]:
     out = []
     for statement in body:
-      if (lines := self.lines_of.get(id(statement))): out.append(ast.copy_location(ast.Expr(self._probe(lines, statement)), statement))
+      if (lines := self.lines_of.get(id(statement))):
+        out.append(ast.copy_location(ast.Expr(self._probe(lines, statement)), statement))
       out.append(statement)
     return out
 
@@ -172,13 +178,15 @@ class _Instrument(ast.NodeTransformer):
     super().generic_visit(node)
     for name in ("body", "orelse", "finalbody"):
       value = getattr(node, name, None)
-      if isinstance(value, list) and value and isinstance(value[0], ast.stmt): setattr(node, name, self._statements(value))
+      if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+        setattr(node, name, self._statements(value))
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (lines := self.headers.get(id(node))):
       at = 1 if _is_docstring(node.body[0]) else 0
       node.body.insert(at, ast.copy_location(ast.Expr(self._probe(lines, node.body[0])), node.body[0]))
     if isinstance(node, ast.Lambda) and (lines := self.lines_of.get(id(node))):
       pair = ast.Tuple([self._probe(lines, node.body), node.body], ast.Load())
-      node.body = ast.copy_location(ast.Subscript(ast.copy_location(pair, node.body), ast.Constant(1), ast.Load()), node.body)
+      node.body = ast.copy_location(ast.Subscript(ast.copy_location(pair, node.body), ast.Constant(1), ast.Load()),
+                                    node.body)
     return node
 
 
@@ -258,7 +266,8 @@ def install() -> bool:
   try: doc = json.loads(pathlib.Path(plan_file_path).read_text())
   except (OSError, ValueError): return False
   root = doc["root"]
-  sut_dirs = tuple({os.path.join(base, p, "") for base in (root, os.path.realpath(root)) for p in doc.get("packages", [])})
+  sut_dirs = tuple({os.path.join(base, p, "") for base in (root,
+                                                           os.path.realpath(root)) for p in doc.get("packages", [])})
   probe = _Probe(hits_dir, sut_dirs)
   sys.meta_path.insert(0, _ProbeFinder(root, {p: set(lines) for p, lines in doc["files"].items()}, probe))
   return True

@@ -32,7 +32,8 @@ def pytest_configure(config):
     from db import Store, StoreError
     from replay.capture import run_info, this_command
     try: store = Store()
-    except (StoreError, OSError) as e: raise pytest.UsageError(f"replay capture: cannot use the replay database: {e}") from None
+    except (StoreError, OSError) as e:
+      raise pytest.UsageError(f"replay capture: cannot use the replay database: {e}") from None
     os.environ["REPLAY_RUN_ID"] = str(store.add_run(**run_info(this_command())))
     os.environ["REPLAY_DB"] = os.path.abspath(store.path)
     config._replay_store = store
@@ -44,5 +45,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
   run_id = int(os.environ["REPLAY_RUN_ID"])
   store.finish_run(run_id)
   counts = store.capture_counts(run_id)
-  terminalreporter.write_line(f"replay: captured {counts.get('schedule', 0)} schedule, {counts.get('kernel', 0)} kernel, "
+  terminalreporter.write_line(f"replay: captured {counts.get('schedule', 0)} schedule, {counts.get('kernel', 0)} "
+                              f"kernel, "
                               f"{counts.get('exec', 0)} exec in run {run_id} of {store.path}")

@@ -45,8 +45,10 @@ def _decode(shared: Optional[dict[str, bytes]]):
   return decode
 
 
-def _fresh_buffers(graph, contents: Optional[dict] = None, tmpdir: Optional[str] = None, shared: Optional[dict[str, bytes]] = None):
-  """The graph with new buffers of this process, filled with the captured contents (see the contract's fresh_buffers)."""
+def _fresh_buffers(graph, contents: Optional[dict] = None, tmpdir: Optional[str] = None,
+                   shared: Optional[dict[str, bytes]] = None):
+  """The graph with new buffers of this process, filled with the captured contents (the contract's
+  fresh_buffers)."""
   return _contract().fresh_buffers(graph, contents, _decode(shared), tmpdir)
 
 
@@ -77,27 +79,33 @@ def trace_schedule(inp: dict) -> list[dict]:
   failure = None
   with contract.traced_rules() as entries:
     try: contract.schedule(graph)
-    except Exception as e: failure = f"{type(e).__name__}: {e}"   # the trace up to the failure still says which rule ran
-  trace = [{"file": sut.package_path(file), "line": line, "rule": rule, "node": contract.describe(node), "result": contract.describe(out)}
+    except Exception as e:
+      failure = f"{type(e).__name__}: {e}"   # the trace up to the failure still says which rule ran
+  trace = [{"file": sut.package_path(file), "line": line, "rule": rule, "node": contract.describe(node),
+            "result": contract.describe(out)}
            for file, line, rule, node, out in entries]
-  return trace + ([{"file": "", "line": 0, "rule": "", "node": "(the schedule)", "result": "", "failed": failure}] if failure else [])
+  return trace + ([{"file": "", "line": 0, "rule": "", "node": "(the schedule)", "result": "", "failed": failure}]
+                  if failure else [])
 
 
 RUNNERS = {"schedule": run_schedule_capture, "kernel": run_kernel_capture, "exec": run_exec_capture}
 COMPARE = {"schedule": compare_schedule, "kernel": compare_kernel, "exec": compare_exec}
 
 
-def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str, int], tolerances: Optional[dict] = None,
+def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str, int],
+               tolerances: Optional[dict] = None,
                names: Optional[list] = None, trace: bool = False, shared: Optional[dict[str, bytes]] = None) -> dict:
   """One capture's outcome: {status, reason, diff, metrics, compiler_seconds}; with `trace`, a schedule or exec
   capture is scheduled once more with rewrite tracing and the outcome carries the trace."""
   t0 = time.perf_counter()
   if trace:
     try:
-      with _flag_context(flags): return {"status": "same", "reason": "", "diff": "", "metrics": {}, "compiler_seconds": 0.0,
+      with _flag_context(flags):
+        return {"status": "same", "reason": "", "diff": "", "metrics": {}, "compiler_seconds": 0.0,
                                          "trace": trace_schedule(load_payload(input_data))}
     except Exception as e:
-      return {"status": "error", "reason": f"cannot trace this capture: {type(e).__name__}: {e}", "diff": "", "metrics": {}, "compiler_seconds": 0.0}
+      return {"status": "error", "reason": f"cannot trace this capture: {type(e).__name__}: {e}", "diff": "",
+              "metrics": {}, "compiler_seconds": 0.0}
   try:
     inp, captured = load_payload(input_data), load_payload(output_data)
     if kind == "exec":
@@ -107,10 +115,13 @@ def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str
     with _flag_context(flags):
       t1 = time.perf_counter()
       try: replayed = run_exec_capture(inp, shared) if kind == "exec" else RUNNERS[kind](inp)
-      except (ImportError, AttributeError) as e: raise Incompatible(f"this revision cannot run the capture: {type(e).__name__}: {e}") from e
+      except (ImportError, AttributeError) as e:
+        raise Incompatible(f"this revision cannot run the capture: {type(e).__name__}: {e}") from e
       compiler_s = time.perf_counter() - t1
-    result: Comparison = compare_exec(captured, replayed, tolerances, names) if kind == "exec" else COMPARE[kind](captured, replayed)
-    return {"status": result.status, "reason": "", "diff": result.diff, "metrics": result.metrics, "compiler_seconds": compiler_s, "load_seconds": load_s}
+    result: Comparison = compare_exec(captured, replayed, tolerances,
+                                      names) if kind == "exec" else COMPARE[kind](captured, replayed)
+    return {"status": result.status, "reason": "", "diff": result.diff, "metrics": result.metrics,
+            "compiler_seconds": compiler_s, "load_seconds": load_s}
   except serialize.UnsafePickleError as e:
     return {"status": "incompatible", "reason": str(e), "diff": "", "metrics": {}, "compiler_seconds": 0.0}
   except serialize.PayloadFormatError as e:

@@ -50,9 +50,11 @@ class Summary:
   view: dict = field(default_factory=dict)
   show_all: bool = False
   accepted: set = field(default_factory=set)   # (kind, location, fingerprint) of changes a reviewer accepted
-  missing_shards: list = field(default_factory=list)   # a merge of shards (replay/shards.py) without these shard numbers
+  # a merge of shards (replay/shards.py) without these shard numbers
+  missing_shards: list = field(default_factory=list)
   explanations: dict = field(default_factory=dict)     # capture id -> the rule attribution of `--why` (replay/why.py)
-  guard: Optional[dict] = None   # the gate's measure of which changed lines ran (replay/coverage_check.py Guard.to_json)
+  # the gate's measure of which changed lines ran (replay/coverage_check.py Guard.to_json)
+  guard: Optional[dict] = None
   rerun_failures: list = field(default_factory=list)   # end-to-end reruns that failed twice (replay/rerun.py)
   rerun_incompatible: list = field(default_factory=list)   # the base raised on the program twice: it cannot run it
 
@@ -65,16 +67,19 @@ class Summary:
     guard = policy.get("guard") if isinstance(policy.get("guard"), dict) else None
     failures = policy.get("rerun_failures") if isinstance(policy.get("rerun_failures"), list) else []
     incompatible = policy.get("rerun_incompatible") if isinstance(policy.get("rerun_incompatible"), list) else []
-    return Summary(replay, outcomes, bool(policy.get("expect_no_change")), bool(policy.get("allow_incompatible")), list(capture_runs or []),
+    return Summary(replay, outcomes, bool(policy.get("expect_no_change")), bool(policy.get("allow_incompatible")),
+                   list(capture_runs or []),
                    bool(policy.get("fail_on_drift")), _fraction(policy.get("max_cost_increase")), guard=guard,
                    rerun_failures=[clean(f) for f in failures], rerun_incompatible=[clean(f) for f in incompatible])
 
   def capture_problem(self) -> Optional[str]:
     """How a captured command failed, if one did: the captures then describe only part of the program."""
     for run in self.capture_runs:
-      if isinstance(run.get("lost"), int) and run["lost"] > 0: return f"{run['lost']} captures of run {run['id']} could not be stored"
+      if isinstance(run.get("lost"), int) and run["lost"] > 0:
+        return f"{run['lost']} captures of run {run['id']} could not be stored"
       code = run.get("exit_code")
-      if isinstance(code, int) and code < 0: return f"the captured command of run {run['id']} was killed by signal {-code}"
+      if isinstance(code, int) and code < 0:
+        return f"the captured command of run {run['id']} was killed by signal {-code}"
       if isinstance(code, int) and code > 0: return f"the captured command of run {run['id']} exited with code {code}"
     return None
 
@@ -93,7 +98,8 @@ class Summary:
 
   def __post_init__(self):
     # a status this harness does not know (a hand-edited database) counts as an error, with the reason saying so
-    self.outcomes = [o if o["status"] in STATUSES else {**o, "status": "error", "reason": f"unknown status {clean(o['status'])!r}; "
+    self.outcomes = [o if o["status"] in STATUSES
+                     else {**o, "status": "error", "reason": f"unknown status {clean(o['status'])!r}; "
                                                         + (o.get("reason") or "")} for o in self.outcomes]
 
   @property
@@ -115,10 +121,14 @@ class Summary:
     if self.rerun_incompatible and not self.allow_incompatible:
       return EXIT_HARNESS, f"FAIL: {self.rerun_incompatible[0]} (--allow-incompatible lets this through); {line}"
     if self.missing_shards:
-      return EXIT_HARNESS, f"INCOMPLETE: shard{'s' if len(self.missing_shards) > 1 else ''} {', '.join(map(str, self.missing_shards))} missing from the merge; the shards given: {line}"
+      return (EXIT_HARNESS,
+              f"INCOMPLETE: shard{'s' if len(self.missing_shards) > 1 else ''} "
+              f"{', '.join(map(str, self.missing_shards))} missing from the merge; the shards given: {line}")
     if (missing := self.missing()):
       n = len(self.outcomes)
-      return EXIT_HARNESS, f"INCOMPLETE: replayed {n} of {n + missing} selected captures (the replay did not finish); so far: {line}"
+      return (EXIT_HARNESS,
+              f"INCOMPLETE: replayed {n} of {n + missing} selected captures (the replay did not finish); "
+              f"so far: {line}")
     return code, line
 
   def _policy_verdict(self) -> tuple[int, str]:
@@ -127,20 +137,28 @@ class Summary:
     if n == 0: return EXIT_HARNESS, "FAIL: nothing was replayed"
     if t["mismatch"]: return EXIT_MISMATCH, f"FAIL: {t['mismatch']} of {n} captures produce different outputs"
     if t["error"] or (t["incompatible"] and not self.allow_incompatible):
-      allowed = " (--allow-incompatible lets incompatible captures through, not errors)" if self.allow_incompatible and t["error"] else ""
-      return EXIT_HARNESS, f"FAIL: {t['error']} replay errors and {t['incompatible']} incompatible captures of {n}{allowed}"
+      allowed = (" (--allow-incompatible lets incompatible captures through, not errors)" if self.allow_incompatible
+                 and t["error"] else "")
+      return (EXIT_HARNESS,
+              f"FAIL: {t['error']} replay errors and {t['incompatible']} incompatible captures of {n}{allowed}")
     if (unguarded := self.unguarded_line()) is not None: return EXIT_CHANGED, unguarded
-    if self.max_cost_increase is not None and (over := [g for o, g in self.slower() if g > self.max_cost_increase and not self.is_accepted(o)]):
-      return EXIT_CHANGED, (f"FAIL: {len(over)} of {n} captures cost more than --max-cost-increase {self.max_cost_increase * 100:g}% allows "
+    if self.max_cost_increase is not None and (over := [g for o, g in self.slower() if g > self.max_cost_increase
+                                                        and not self.is_accepted(o)]):
+      return EXIT_CHANGED, (f"FAIL: {len(over)} of {n} captures cost more than --max-cost-increase "
+                            f"{self.max_cost_increase * 100:g}% allows "
                             f"(up to {_pct(max(over))})")
     if self.fail_on_drift and (d := self.drift()):
-      return EXIT_MISMATCH, f"FAIL: {d['captures']} of {n} captures drift within tolerance (at most {d['max_ulp']} ulp), and --fail-on-drift was given"
+      return (EXIT_MISMATCH,
+              f"FAIL: {d['captures']} of {n} captures drift within tolerance (at most {d['max_ulp']} ulp), and "
+              f"--fail-on-drift was given")
     changes = sum(t[s] for s in CHANGES)
     accepted = changes - (unaccepted := self.unaccepted_changes())
     note = f" ({accepted} accepted)" if accepted else ""
     what = _changes_text(t)
     if unaccepted and self.expect_no_change:
-      return EXIT_CHANGED, f"FAIL: {unaccepted} captures changed kernels{' not accepted' if accepted else ''} ({what}), but this change promised no kernel change"
+      return (EXIT_CHANGED,
+              f"FAIL: {unaccepted} captures changed kernels{' not accepted' if accepted else ''} ({what}), but this "
+              f"change promised no kernel change")
     if changes: return EXIT_OK, f"OK: {changes} of {n} captures changed kernels ({what}){note}; outputs are the same"
     extra = f" ({t['incompatible']} incompatible allowed)" if t["incompatible"] else ""
     return EXIT_OK, f"OK: all {n} captures replay the same{extra}"
@@ -152,12 +170,15 @@ class Summary:
     percent, limit = g.get("percent"), g.get("threshold", 100.0)
     if not isinstance(percent, (int, float)) or not isinstance(limit, (int, float)) or percent >= limit: return None
     from replay.coverage_check import describe
-    return (f"FAIL: {percent:g}% of the changed executable lines run in a capture's computation, fewer than the {limit:g}% required "
-            f"([tool.replay] changed-lines-guarded; --allow-unguarded or [allow-unguarded] lets it through); " + clean(describe(g)))
+    return (f"FAIL: {percent:g}% of the changed executable lines run in a capture's computation, fewer than the "
+            f"{limit:g}% required "
+            f"([tool.replay] changed-lines-guarded; --allow-unguarded or [allow-unguarded] lets it through); "
+            + clean(describe(g)))
 
   def drift(self) -> Optional[dict]:
     """Outputs that are not the same bits but within tolerance: {captures, elements, max_ulp, max_rel_err, examples}."""
-    drifting = [(o, m) for o in self.outcomes if o["status"] == "same" and isinstance((m := _metrics(o.get("metrics"))).get("drift"), int)
+    drifting = [(o, m) for o in self.outcomes if o["status"] == "same"
+                and isinstance((m := _metrics(o.get("metrics"))).get("drift"), int)
                 and m["drift"] > 0]
     if not drifting: return None
     return {"captures": len(drifting), "elements": sum(m["drift"] for _, m in drifting),
@@ -177,13 +198,15 @@ class Summary:
     slower = self.slower()
     if not slower: return None
     worst = max(slower, key=lambda item: item[1])
-    return (f"slower: {len(slower)} changed captures cost more than the base's (static cost of kernels, number of kernels of schedules); "
+    return (f"slower: {len(slower)} changed captures cost more than the base's (static cost of kernels, number of "
+            f"kernels of schedules); "
             f"the most: {_pct(worst[1])} at capture {worst[0]['capture_id']} @ {clean(worst[0]['location'])}")
 
   def drift_line(self) -> Optional[str]:
     d = self.drift()
     if d is None: return None
-    return (f"drift: {d['captures']} captures ({d['elements']} elements) give other bits within tolerance, at most {d['max_ulp']} ulp "
+    return (f"drift: {d['captures']} captures ({d['elements']} elements) give other bits within tolerance, at most "
+            f"{d['max_ulp']} ulp "
             f"(max rel err {d['max_rel_err']:.3g}); e.g. {'; '.join(d['examples'])}")
 
   def summary_lines(self) -> list[str]:
@@ -191,7 +214,8 @@ class Summary:
     guard = None
     if self.guard is not None:
       from replay.coverage_check import describe
-      guard = "guard: " + clean(describe(self.guard)) + (" (allowed)" if self.guard.get("allowed") and self.guard.get("unguarded") else "")
+      guard = "guard: " + clean(describe(self.guard)) + (" (allowed)" if self.guard.get("allowed")
+                                                         and self.guard.get("unguarded") else "")
     return self.notes() + [line for line in (guard, self.slower_line(), self.drift_line()) if line]
 
   def notes(self) -> list[str]:
@@ -208,7 +232,8 @@ class Summary:
     from replay.accept import key
     return key(o) in self.accepted
 
-  def unaccepted_changes(self) -> int: return sum(1 for o in self.outcomes if o["status"] in CHANGES and not self.is_accepted(o))
+  def unaccepted_changes(self) -> int:
+    return sum(1 for o in self.outcomes if o["status"] in CHANGES and not self.is_accepted(o))
 
   def shown(self) -> list[dict]:
     """The outcomes the report details: the interesting ones, or those the view's filters select."""
@@ -240,8 +265,10 @@ class Summary:
 
 def _title(s: Summary) -> str:
   r = s.replay
-  base = f"base {r.get('base_ref') or 'working tree'}" + (f" ({str(r['base_commit'])[:10]})" if r.get("base_commit") else "")
-  if r.get("id") is None: which, shard = f"merged replay of {r.get('shard') or 'several shards'}", ""   # shard: "3 of 4 shards"
+  base = f"base {r.get('base_ref') or 'working tree'}" + (f" ({str(r['base_commit'])[:10]})" if r.get("base_commit")
+                                                          else "")
+  if r.get("id") is None:
+    which, shard = f"merged replay of {r.get('shard') or 'several shards'}", ""   # shard: "3 of 4 shards"
   else: which, shard = f"replay {r['id']}", (f" (shard {r['shard']})" if r.get("shard") else "")
   return clean(f"{which}{shard}: captures of run {r.get('capture_run_id')} against {base}")
 
@@ -260,7 +287,8 @@ def _fraction(value) -> Optional[float]:
 def _status(o: dict) -> str:
   """The status as reports show it: a changed capture that costs more says so, an accepted one too."""
   grew = _metrics(o.get("metrics")).get("slower") if o["status"] == "changed" else None
-  tags = ([f"slower {_pct(grew)}"] if isinstance(grew, (int, float)) and grew > 0 else []) + (["accepted"] if o.get("accepted") else [])
+  tags = ([f"slower {_pct(grew)}"] if isinstance(grew, (int, float)) and grew > 0
+          else []) + (["accepted"] if o.get("accepted") else [])
   return f"{o['status']} ({', '.join(tags)})" if tags else o["status"]
 
 
@@ -285,7 +313,8 @@ def _shown_detail(o: dict) -> str:
   """The detail as reports show it: a mismatch first names the kernel that changed (replay/attribution.py)."""
   produced_by = _metrics(o.get("metrics")).get("first_changed")
   detail = _detail(o)
-  return clean(produced_by) + ("\n\n" + detail if detail else "") if isinstance(produced_by, str) and produced_by else detail
+  return clean(produced_by) + ("\n\n" + detail if detail else "") if isinstance(produced_by,
+                                                                                str) and produced_by else detail
 
 
 def _detail(o: dict) -> str:
@@ -295,10 +324,12 @@ def _detail(o: dict) -> str:
 def _group_heading(group: list[dict]) -> str:
   first = group[0]
   if len(group) == 1: return _heading(first)
-  ids = ", ".join(str(o["capture_id"]) for o in group[:8]) + (f", ... ({len(group) - 8} more)" if len(group) > 8 else "")
+  ids = ", ".join(str(o["capture_id"]) for o in group[:8]) + (f", ... ({len(group) - 8} more)" if len(group) > 8
+                                                              else "")
   locations = sorted({str(o["location"]) for o in group})
   where = "; ".join(locations[:3]) + (f"; and {len(locations) - 3} more locations" if len(locations) > 3 else "")
-  return clean(f"{len(group)} captures [{first['kind']}] {_status(first)} with the same difference: {first['name']} @ {where} (captures {ids})")
+  return clean(f"{len(group)} captures [{first['kind']}] {_status(first)} with the same difference: {first['name']} @ "
+               f"{where} (captures {ids})")
 
 
 def _more(s: Summary, shown_groups: int) -> Optional[str]:
@@ -313,7 +344,8 @@ def render_group(group: list[dict], max_lines: Optional[int] = 40) -> str:
   """One group of identical differences as text: its heading, then its detail (cut after `max_lines`)."""
   lines = _shown_detail(group[0]).splitlines()
   if max_lines is not None and len(lines) > max_lines:
-    lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines; `replay show {group[0]['capture_id']}` shows all)"]
+    lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines; `replay show {group[0]['capture_id']}` "
+                                 f"shows all)"]
   return "\n".join([f"--- {_group_heading(group)}", *lines])
 
 
@@ -352,14 +384,18 @@ def _metrics(raw) -> dict:
 
 def render_json(s: Summary) -> str:
   code, verdict = s.verdict()
-  doc = {"schema": JSON_SCHEMA, "replay": {**{k: s.replay.get(k) for k in ("id", "capture_run_id", "base_ref", "base_commit", "head_commit",
-                                                                           "started", "finished", "jobs", "selected", "shard")},
+  doc = {"schema": JSON_SCHEMA,
+         "replay": {**{k: s.replay.get(k) for k in ("id", "capture_run_id", "base_ref", "base_commit", "head_commit",
+                                                                           "started", "finished", "jobs", "selected",
+                                                                           "shard")},
                                            "policy": _metrics(s.replay.get("policy"))},
          "capture_runs": [{"id": r.get("id"), "exit_code": r.get("exit_code")} for r in s.capture_runs],
          "counts": s.counts, "totals": s.totals(), "exit_code": code, "verdict": verdict, "notes": s.notes(),
          "drift": s.drift(), "slower": [{"capture_id": o["capture_id"], "growth": g} for o, g in s.slower()],
-         "outcomes": [{"capture_id": o["capture_id"], "kind": o["kind"], "name": o["name"], "location": o["location"], "status": o["status"],
-                       "reason": o.get("reason") or "", "diff": o.get("diff") or "", "metrics": _metrics(o.get("metrics")),
+         "outcomes": [{"capture_id": o["capture_id"], "kind": o["kind"], "name": o["name"], "location": o["location"],
+                       "status": o["status"],
+                       "reason": o.get("reason") or "", "diff": o.get("diff") or "",
+                       "metrics": _metrics(o.get("metrics")),
                        "seconds": o.get("seconds") or 0.0, "accepted": bool(o.get("accepted"))} for o in s.outcomes]}
   return json.dumps(doc, indent=2, sort_keys=True)
 
@@ -367,16 +403,19 @@ def render_json(s: Summary) -> str:
 def render_junit(s: Summary) -> str:
   suites = ET.Element("testsuites", name="replay")
   if s.summary_lines():
-    props = ET.SubElement(ET.SubElement(suites, "testsuite", name="replay.notes", tests="0", failures="0", errors="0"), "properties")
+    props = ET.SubElement(ET.SubElement(suites, "testsuite", name="replay.notes", tests="0", failures="0", errors="0"),
+                          "properties")
     for n in s.summary_lines(): ET.SubElement(props, "property", name="note", value=n)
   for kind in _kinds(s):
     group = [o for o in s.outcomes if o["kind"] == kind]
     kind = clean(kind)
     suite = ET.SubElement(suites, "testsuite", name=f"replay.{kind}", tests=str(len(group)),
-                          failures=str(sum(o["status"] in ("mismatch",) or (o["status"] in CHANGES and s.expect_no_change) for o in group)),
+                          failures=str(sum(o["status"] in ("mismatch",)
+                                           or (o["status"] in CHANGES and s.expect_no_change) for o in group)),
                           errors=str(sum(o["status"] in ("error", "incompatible") for o in group)))
     for o in group:
-      case = ET.SubElement(suite, "testcase", classname=f"replay.{kind}", name=clean(f"{o['capture_id']} {o['name']} @ {o['location']}"),
+      case = ET.SubElement(suite, "testcase", classname=f"replay.{kind}",
+                           name=clean(f"{o['capture_id']} {o['name']} @ {o['location']}"),
                            time=f"{o.get('seconds') or 0.0:.3f}")
       if o["status"] == "mismatch" or (o["status"] in CHANGES and s.expect_no_change):
         ET.SubElement(case, "failure", message=o["status"]).text = _shown_detail(o)
@@ -409,7 +448,8 @@ def _side_by_side(lines: list[str]) -> str:
   hunk is its own table, so separate hunks never run together."""
   tables, left, right = [], [], []
   def flush():
-    if left or right: tables.append(difflib.HtmlDiff(wrapcolumn=100).make_table(left, right, "base (-)", "captured (+)"))
+    if left or right:
+      tables.append(difflib.HtmlDiff(wrapcolumn=100).make_table(left, right, "base (-)", "captured (+)"))
     left.clear(); right.clear()
   for line in lines:
     if line.startswith("@@"): flush(); continue
@@ -428,7 +468,8 @@ def _detail_html(o: dict) -> str:
     # mismatches list elements as `-  [i] base` / `+  [i] captured` lines: color them like a diff
     rows = []
     for line in detail.splitlines():
-      cls = "minus" if line.startswith("-") else "plus" if line.startswith("+") else "head" if line.startswith("output ") else ""
+      cls = ("minus" if line.startswith("-") else "plus" if line.startswith("+") else "head"
+             if line.startswith("output ") else "")
       rows.append(f"<span class='{cls}'>{esc(line)}</span>" if cls else esc(line))
     return f"<pre class='detail {esc(o['status'])}'>" + "\n".join(rows) + "</pre>"
   out = []
@@ -439,30 +480,42 @@ def _detail_html(o: dict) -> str:
 
 
 def render_html(s: Summary) -> str:
-  rows = "".join(f"<tr><td>{esc(k)}</td>" + "".join(f"<td>{esc(v)}</td>" for v in vals) + "</tr>" for k, *vals in _table_rows(s))
+  rows = "".join(f"<tr><td>{esc(k)}</td>" + "".join(f"<td>{esc(v)}</td>" for v in vals) + "</tr>"
+                 for k, *vals in _table_rows(s))
   code, verdict = s.verdict()
   groups = s.groups()
   toc, sections = [], []
   for n, group in enumerate(groups):
     first = group[0]
     anchor = f"g{n}"
-    toc.append(f"<li class='{esc(first['status'])}'><a href='#{anchor}'>{esc(_status(first))}</a> [{esc(first['kind'])}] {esc(first['name'])}"
+    toc.append(f"<li class='{esc(first['status'])}'><a href='#{anchor}'>{esc(_status(first))}</a> "
+               f"[{esc(first['kind'])}] {esc(first['name'])}"
                + (f" &times;{len(group)}" if len(group) > 1 else "") + f" <small>{esc(first['location'])}</small></li>")
     why = s.explanations.get(first["capture_id"])
     why_html = f"<h4>why</h4><pre class='why'>{esc(why)}</pre>" if why else ""
-    sections.append(f"<section id='{anchor}' class='{esc(first['status'])}'><h3>{esc(_group_heading(group))}</h3>{why_html}{_detail_html(first)}</section>")
+    sections.append(f"<section id='{anchor}' "
+                    f"class='{esc(first['status'])}'><h3>{esc(_group_heading(group))}</h3>{why_html}"
+                    f"{_detail_html(first)}</section>")
   notes = "".join(f"<li>{esc(n)}</li>" for n in s.summary_lines() + s.hotspots())
-  style = ("body{font-family:sans-serif;margin:1em 2em} table.diff{font-family:monospace;font-size:12px;margin-bottom:.5em} .diff_add{background:#cfc}"
-           " .diff_chg{background:#ffa} .diff_sub{background:#fcc} td,th{padding:2px 8px} .verdict{padding:.5em 1em;font-weight:bold;border-radius:4px}"
-           " .verdict.ok{background:#dfd;color:#060} .verdict.fail{background:#fdd;color:#900} pre.detail{background:#f6f6f6;padding:.5em}"
-           " .minus{color:#a00} .plus{color:#070} .head{font-weight:bold} li.mismatch a,li.error a{color:#a00;font-weight:bold}"
-           " section{border-top:1px solid #ccc;margin-top:1em} pre.summary{background:#eef;padding:.5em} pre.why{background:#ffe;padding:.5em}")
+  style = ("body{font-family:sans-serif;margin:1em 2em} "
+           "table.diff{font-family:monospace;font-size:12px;margin-bottom:.5em} .diff_add{background:#cfc}"
+           " .diff_chg{background:#ffa} .diff_sub{background:#fcc} td,th{padding:2px 8px} .verdict{padding:.5em "
+           "1em;font-weight:bold;border-radius:4px}"
+           " .verdict.ok{background:#dfd;color:#060} .verdict.fail{background:#fdd;color:#900} "
+           "pre.detail{background:#f6f6f6;padding:.5em}"
+           " .minus{color:#a00} .plus{color:#070} .head{font-weight:bold} li.mismatch a,li.error "
+           "a{color:#a00;font-weight:bold}"
+           " section{border-top:1px solid #ccc;margin-top:1em} pre.summary{background:#eef;padding:.5em} "
+           "pre.why{background:#ffe;padding:.5em}")
   verdict_class = "ok" if code == EXIT_OK else "fail"
-  return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(_title(s))}</title><style>{style}</style></head><body>"
+  return (f"<!doctype html><html><head><meta "
+          f"charset='utf-8'><title>{esc(_title(s))}</title><style>{style}</style></head><body>"
           f"<h1>{esc(_title(s))}</h1><p class='verdict {verdict_class}' id='verdict'>{html.escape(verdict)}</p>"
-          f"<table border=1><tr><th>kind</th><th>total</th>{''.join(f'<th>{x}</th>' for x in STATUSES)}</tr>{rows}</table>"
+          f"<table border=1><tr><th>kind</th><th>total</th>{''.join(f'<th>{x}</th>' for x in STATUSES)}</tr>"
+          f"{rows}</table>"
           + (f"<ul class='notes'>{notes}</ul>" if notes else "")
-          + (f"<h2>Contents</h2><ol class='toc'>{''.join(toc)}</ol>" if toc else "") + "".join(sections) + "</body></html>")
+          + (f"<h2>Contents</h2><ol class='toc'>{''.join(toc)}</ol>" if toc
+             else "") + "".join(sections) + "</body></html>")
 
 
 _COLORS = {"red": "31", "green": "32", "yellow": "33", "cyan": "36", "bold": "1"}
@@ -474,7 +527,8 @@ def colorize(text: str) -> str:
   def paint(line: str, color: str) -> str: return f"\x1b[{_COLORS[color]}m{line}\x1b[0m"
   out = []
   for line in text.splitlines():
-    if line.startswith(("OK:", "FAIL:", "INCOMPLETE:")): out.append(paint(paint(line, "green" if line.startswith("OK") else "red"), "bold"))
+    if line.startswith(("OK:", "FAIL:", "INCOMPLETE:")):
+      out.append(paint(paint(line, "green" if line.startswith("OK") else "red"), "bold"))
     elif line.startswith("--- ") and not line.startswith("--- base"): out.append(paint(line, "bold"))
     elif line.startswith("@@"): out.append(paint(line, "cyan"))
     elif line.startswith("-") and not line.startswith("---"): out.append(paint(line, "red"))
@@ -484,7 +538,8 @@ def colorize(text: str) -> str:
   return "\n".join(out)
 
 
-RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json, "junit": render_junit, "html": render_html}
+RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json, "junit": render_junit,
+             "html": render_html}
 
 
 def _when(t) -> str: return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if isinstance(t, (int, float)) else "-"
@@ -500,7 +555,8 @@ def _command(argv_json) -> str:
 
 def captures_table(captures: list[dict], limit: int) -> str:
   """`replay list`: the captures (at most `limit`, 0: all)."""
-  rows = [[c["id"], c["run_id"], c["kind"], c["name"][:48], c["location"][:60], time.strftime("%H:%M:%S", time.localtime(c["time"]))]
+  rows = [[c["id"], c["run_id"], c["kind"], c["name"][:48], c["location"][:60],
+           time.strftime("%H:%M:%S", time.localtime(c["time"]))]
           for c in (captures if limit == 0 else captures[:limit])]
   text = clean(tabulate(rows, headers=["id", "run", "kind", "name", "location", "time"]))
   return text + (f"\n... {len(captures) - limit} more (--limit 0 shows all)" if limit and len(captures) > limit else "")
@@ -509,14 +565,18 @@ def captures_table(captures: list[dict], limit: int) -> str:
 def runs_table(runs: list[dict], replays: list[dict], limit: int) -> str:
   """`replay runs`: capture runs (command, commit, how it ended, captures) and replays (base, verdict), newest first."""
   shown = runs if limit == 0 else runs[:limit]
-  rows = [[r["id"], _when(r.get("started")), _command(r.get("argv")), (r.get("git_commit") or "-")[:10] + ("+dirty" if r.get("git_dirty") else ""),
-           "-" if r.get("exit_code") is None else r["exit_code"], " ".join(f"{r['counts'].get(k, 0)}{k[0]}" for k in KINDS),
+  rows = [[r["id"], _when(r.get("started")), _command(r.get("argv")),
+           (r.get("git_commit") or "-")[:10] + ("+dirty" if r.get("git_dirty") else ""),
+           "-" if r.get("exit_code") is None else r["exit_code"],
+           " ".join(f"{r['counts'].get(k, 0)}{k[0]}" for k in KINDS),
            f"rerun of {r['rerun_of']} ({clean(r.get('tree') or '')[:24]})" if r.get("rerun_of") else ""] for r in shown]
   out = [clean(tabulate(rows, headers=["run", "started", "command", "commit", "exit", "captures (s k e)", ""]))]
   if len(runs) > len(shown): out.append(f"... {len(runs) - len(shown)} more runs (--limit 0 shows all)")
   shown = replays if limit == 0 else replays[:limit]
-  rows = [[r["id"], _when(r.get("started")), r.get("capture_run_id") or "-", clean(r.get("base_ref") or "working tree")[:24]
-           + (f" ({r['base_commit'][:10]})" if r.get("base_commit") else ""), r["outcomes"], clean(r.get("verdict") or "(did not finish)")[:70]]
+  rows = [[r["id"], _when(r.get("started")), r.get("capture_run_id") or "-",
+           clean(r.get("base_ref") or "working tree")[:24]
+           + (f" ({r['base_commit'][:10]})" if r.get("base_commit") else ""), r["outcomes"],
+           clean(r.get("verdict") or "(did not finish)")[:70]]
           for r in shown]
   out.append("\n" + clean(tabulate(rows, headers=["replay", "started", "run", "base", "outcomes", "verdict"])))
   if len(replays) > len(shown): out.append(f"... {len(replays) - len(shown)} more replays (--limit 0 shows all)")

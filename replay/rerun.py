@@ -55,7 +55,9 @@ def command_of(run: dict) -> tuple[list[str], str, dict[str, str]]:
   if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
     raise RerunError(f"run {run['id']} recorded no command that can be run again")
   cwd = run.get("cwd")
-  if not cwd: raise RerunError(f"run {run['id']} was captured by an older harness that did not record its working directory; capture it again")
+  if not cwd:
+    raise RerunError(f"run {run['id']} was captured by an older harness that did not record its working directory; "
+                     f"capture it again")
   if not os.path.isdir(cwd): raise RerunError(f"the working directory of run {run['id']} is gone: {cwd}")
   try: env = json.loads(run.get("env") or "{}")
   except ValueError: env = {}
@@ -95,7 +97,8 @@ class Started:
       self.process.wait()
 
 
-def start_again(store: Store, run: dict, tree: str, sut_root: Optional[str], sut: tuple[str, ...], log_dir: pathlib.Path,
+def start_again(store: Store, run: dict, tree: str, sut_root: Optional[str], sut: tuple[str, ...],
+                log_dir: pathlib.Path,
                 timeout: Optional[float] = None, flag_names: Optional[set[str]] = None) -> Started:
   """Start the command of `run` once more, capturing into a new run of `store`; with `sut_root`, the system under test
   is imported only from that tree (every Python process the command starts, through sitecustomize). `flag_names`
@@ -103,7 +106,8 @@ def start_again(store: Store, run: dict, tree: str, sut_root: Optional[str], sut
   from replay.capture import run_info
   argv, cwd, recorded = command_of(run)
   if flag_names is None:
-    flag_names = set(json.loads(run.get("flag_defaults") or "{}") or {}) | set(json.loads(run.get("flags") or "{}") or {})
+    flag_names = set(json.loads(run.get("flag_defaults") or "{}") or {}) | set(json.loads(run.get("flags") or "{}")
+                                                                               or {})
   info = {**run_info(argv), "cwd": cwd, "env": json.dumps(recorded), "rerun_of": run["id"], "tree": tree}
   new_id = store.add_run(**info)
   env = {**_environment(recorded, flag_names), "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_RUN_ID": str(new_id),
@@ -115,7 +119,9 @@ def start_again(store: Store, run: dict, tree: str, sut_root: Optional[str], sut
   log_dir.mkdir(parents=True, exist_ok=True)
   log = log_dir / f"run-{new_id}.log"
   with open(log, "wb") as out:
-    try: process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+      process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
     except FileNotFoundError:
       store.finish_run(new_id, 127)
       raise RerunError(f"the command of run {run['id']} is not found: {argv[0]}") from None
@@ -142,13 +148,16 @@ def _payload(store: Store, capture: dict):
 
 def compare_captures(store: Store, mine: dict, theirs: dict, tolerances: Optional[dict]) -> Comparison:
   """`mine` (a capture of the original run) against `theirs` (its counterpart in a rerun); `theirs` is the `-` side."""
-  if mine["kind"] == theirs["kind"] and mine["output_sha"] == theirs["output_sha"]: return Comparison("same", "")  # the same bytes
+  if mine["kind"] == theirs["kind"] and mine["output_sha"] == theirs["output_sha"]:
+    return Comparison("same", "")  # the same bytes
   try: a, b = _payload(store, mine), _payload(store, theirs)
   except serialize.ContractVersionError as e: return Comparison("incompatible", f"cannot load a payload: {e}")
-  except (BlobError, serialize.UnsafePickleError, serialize.PayloadFormatError) as e: return Comparison("error", f"cannot load a payload: {e}")
+  except (BlobError, serialize.UnsafePickleError, serialize.PayloadFormatError) as e:
+    return Comparison("error", f"cannot load a payload: {e}")
   except (ImportError, AttributeError) as e:   # the other tree pickled a module or name this tree does not have
     return Comparison("incompatible", f"cannot load a payload with this revision: {type(e).__name__}: {e}")
-  except Exception as e: return Comparison("error", f"cannot load a payload with this revision: {type(e).__name__}: {e}")
+  except Exception as e:
+    return Comparison("error", f"cannot load a payload with this revision: {type(e).__name__}: {e}")
   kind = mine["kind"]
   try:
     if kind == "schedule": return compare_schedule(a, b)
@@ -161,22 +170,30 @@ def _described(capture: dict) -> str:
   return f"capture {capture['id']} [{capture['kind']}] {capture['name']}"
 
 
-def compare_runs(store: Store, original: list[dict], base: list[dict], tolerances: Optional[dict]) -> dict[int, Comparison]:
+def compare_runs(store: Store, original: list[dict], base: list[dict],
+                 tolerances: Optional[dict]) -> dict[int, Comparison]:
   """Each capture of the original run against its aligned counterpart in the base's run (replay/alignment.py):
   by capture id, the comparison of the pairs, `added` for the original's captures without a counterpart and
   `removed` for the base's (keyed by the base capture's id)."""
   results: dict[int, Comparison] = {}
   for mine, theirs in align(original, base):
     if mine is None:
-      results[theirs["id"]] = Comparison("removed", f"end to end: the base's run took this capture ({_described(theirs)}) and this "
-                                         "run took nothing in its place: a realize, schedule or kernel the change removed")
+      results[theirs["id"]] = Comparison("removed",
+                                         f"end to end: the base's run took this capture ({_described(theirs)}) and "
+                                         f"this "
+                                         "run took nothing in its place: a realize, schedule or kernel the change "
+                                         "removed")
     elif theirs is None:
-      results[mine["id"]] = Comparison("added", "end to end: the base's run took no capture in this place: a realize, schedule or "
+      results[mine["id"]] = Comparison("added",
+                                       "end to end: the base's run took no capture in this place: a realize, schedule "
+                                       "or "
                                        "kernel the change added")
     else:
       found = compare_captures(store, mine, theirs, tolerances)
       results[mine["id"]] = found if found.status == "same" else \
-        Comparison(found.status, f"end to end (the command run with the base, its {_described(theirs)}):\n" + found.diff, found.metrics)
+        Comparison(found.status,
+                   f"end to end (the command run with the base, its {_described(theirs)}):\n" + found.diff,
+                   found.metrics)
   return results
 
 
@@ -193,7 +210,8 @@ def deterministic_only(store: Store, results: dict[int, Comparison], original: l
     if found.status == "added": steady = twin is not None
     else: steady = twin is not None and compare_captures(store, by_id[cid], twin, tolerances).status == "same"
     if not steady:
-      out[cid] = Comparison("nondeterministic", "end to end: two runs of the same code already differ here, so the base's "
+      out[cid] = Comparison("nondeterministic",
+                            "end to end: two runs of the same code already differ here, so the base's "
                             "difference is not attributed to the change\n" + found.diff, found.metrics)
   return out
 
@@ -203,7 +221,8 @@ def _rerun_line(run_id: int, base_label: str, base: Rerun, again: Optional[Rerun
   line += f", with the current tree as run {again.run_id} (exit {again.exit_code})" if again else \
     "; no capture differs, so the determinism run with the current tree was not needed"
   if base.exit_code != 0: line += f"; the command failed with the base, see {base.log}"
-  if again is not None and again.exit_code != 0: line += f"; the command failed when run again with the current tree, see {again.log}"
+  if again is not None and again.exit_code != 0:
+    line += f"; the command failed when run again with the current tree, see {again.log}"
   return line
 
 
@@ -212,8 +231,10 @@ def _counts(results: dict[int, Comparison]) -> str:
   return f"; {added} captures added and {removed} removed by the change" if added or removed else ""
 
 
-def end_to_end(store: Store, run_ids: list[int], base_label: str, base_root: str, sut: tuple[str, ...], tolerances: Optional[dict],
-               log_dir: pathlib.Path, echo=lambda text: print(text, file=sys.stderr), base_runs: Optional[dict[int, Started]] = None) -> EndToEnd:
+def end_to_end(store: Store, run_ids: list[int], base_label: str, base_root: str, sut: tuple[str, ...],
+               tolerances: Optional[dict],
+               log_dir: pathlib.Path, echo=lambda text: print(text, file=sys.stderr),
+               base_runs: Optional[dict[int, Started]] = None) -> EndToEnd:
   """Rerun every capture run in `run_ids` with the base (unless `base_runs` holds that rerun, started) and compare;
   only when something differs is the command run once more with the current tree, to tell a change from noise.
   A rerun that fails where the original run succeeded is run once more; failing again, it is a failure of this step
@@ -225,17 +246,21 @@ def end_to_end(store: Store, run_ids: list[int], base_label: str, base_root: str
     def again_with(label: str, root: Optional[str], first: Optional[Rerun] = None) -> tuple[Rerun, bool]:
       """A rerun of the command (the given `first` one, else a new one), once more if it failed: (rerun, succeeded)."""
       first = first or run_again(store, run, label, root, sut, log_dir)
-      if first.exit_code == 0 or run.get("exit_code") not in (0, None): return first, True   # the original failed too: as comparable
-      echo(f"replay: end to end: the command failed with {label} (exit {first.exit_code}, see {first.log}); running it once more...")
+      if first.exit_code == 0 or run.get("exit_code") not in (0, None):
+        return first, True   # the original failed too: as comparable
+      echo(f"replay: end to end: the command failed with {label} (exit {first.exit_code}, see {first.log}); running it "
+           f"once more...")
       second = run_again(store, run, label, root, sut, log_dir)
       if second.exit_code == 0: return second, True
       if root is not None and all(isinstance(r.exit_code, int) and r.exit_code > 0 for r in (first, second)):
         # the base raised, the same way twice: the program needs something the base does not have (an op this change
         # adds, say). That is an incompatibility, not a crash: what the base's run captured is compared
-        found.incompatible.append(f"the command of run {run_id} fails with {label} (exit {second.exit_code}, twice; see {second.log}): "
+        found.incompatible.append(f"the command of run {run_id} fails with {label} (exit {second.exit_code}, twice; "
+                                  f"see {second.log}): "
                                   "the base cannot run this program, so what it did not capture is reported added")
         return second, True
-      found.failures.append(f"the command of run {run_id} failed twice with {label} (exit {first.exit_code}, then {second.exit_code}; see "
+      found.failures.append(f"the command of run {run_id} failed twice with {label} (exit {first.exit_code}, then "
+                            f"{second.exit_code}; see "
                             f"{second.log}), so its captures were not compared with that run")
       return second, False
     started = (base_runs or {}).get(run_id)
@@ -247,7 +272,8 @@ def end_to_end(store: Store, run_ids: list[int], base_label: str, base_root: str
     results = compare_runs(store, original, store.captures(run_ids=[base.run_id]), tolerances)
     again = None
     if any(c.status not in ("same", "removed") for c in results.values()):
-      echo("replay: end to end: captures differ; running the command again with the current tree (determinism check)...")
+      echo("replay: end to end: captures differ; running the command again with the current tree "
+           "(determinism check)...")
       again, ok = again_with("the current tree", None)
       if ok: results = deterministic_only(store, results, original, store.captures(run_ids=[again.run_id]), tolerances)
     found.notes.append(_rerun_line(run_id, base_label, base, again) + _counts(results))

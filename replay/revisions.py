@@ -23,7 +23,8 @@ class UnknownRevision(RevisionError):
 def git(*args: str, cwd: Optional[str] = None) -> str:
   try: proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
   except FileNotFoundError: raise RevisionError("git is not installed") from None
-  if proc.returncode != 0: raise RevisionError(f"git {' '.join(args)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+  if proc.returncode != 0:
+    raise RevisionError(f"git {' '.join(args)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
   return proc.stdout.strip()
 
 
@@ -36,7 +37,8 @@ def repo_root(start: Optional[str] = None) -> pathlib.Path:
   except RevisionError as e:
     if "not a git repository" not in str(e): raise
     where = os.path.abspath(start or os.getcwd())
-    raise NotARepository(f"{where} is not in a git repository: run this command inside the repository of the compiler under test "
+    raise NotARepository(f"{where} is not in a git repository: run this command inside the repository of the compiler "
+                         f"under test "
                          "(replay run, report, show and list need none)") from None
 
 
@@ -79,7 +81,9 @@ def sut_packages(root: Optional[pathlib.Path] = None) -> tuple[str, ...]:
     sut = list(_sut_from_text(path.read_text()))
   names = tuple(sut) if sut else DEFAULT_SUT
   bad = [n for n in names if not isinstance(n, str) or not _PACKAGE_NAME.match(n) or n in HARNESS_PACKAGES]
-  if bad: raise RevisionError(f"[tool.replay] sut in {path} must list plain package names other than replay and db; got {bad}")
+  if bad:
+    raise RevisionError(f"[tool.replay] sut in {path} must list plain package names other than replay and db; "
+                        f"got {bad}")
   return names
 
 
@@ -99,7 +103,9 @@ def cache_root(root: pathlib.Path) -> pathlib.Path:
 def _valid_worktree(path: pathlib.Path, sha: str) -> bool:
   """A complete checkout of `sha`: at that commit, with nothing missing or changed (a kill mid-checkout fails this)."""
   if not (path / ".git").exists(): return False
-  try: return git("rev-parse", "HEAD", cwd=str(path)) == sha and git("status", "--porcelain", "--untracked-files=no", cwd=str(path)) == ""
+  try:
+    return git("rev-parse", "HEAD", cwd=str(path)) == sha and git("status", "--porcelain", "--untracked-files=no",
+                                                                  cwd=str(path)) == ""
   except RevisionError: return False
 
 
@@ -164,7 +170,8 @@ def _make_overlay(sha: str, root: pathlib.Path, tree: pathlib.Path) -> pathlib.P
 def cached_trees(root: pathlib.Path) -> list[pathlib.Path]:
   """The worktrees and overlays the harness keeps under the cache folder."""
   base = cache_root(root)
-  return sorted(p for folder in ("worktrees", "overlays") if (base / folder).is_dir() for p in (base / folder).iterdir())
+  return sorted(p for folder in ("worktrees", "overlays")
+                if (base / folder).is_dir() for p in (base / folder).iterdir())
 
 
 def remove_cached_trees(root: pathlib.Path) -> int:

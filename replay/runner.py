@@ -20,8 +20,10 @@ class RunOptions:
   max_changed: Optional[str] = None  # a count ("10") or a percentage ("5%") of the selection
   tolerances: Optional[dict] = None
   progress: bool = True
-  memory_mb: int = 8192   # address-space limit of each worker: a capture that asks for more is an error, not a dead machine
-  trace: bool = False     # schedule with rewrite tracing and return the trace instead of comparing (`replay show --why`)
+  # address-space limit of each worker: a capture that asks for more is an error, not a dead machine
+  memory_mb: int = 8192
+  # schedule with rewrite tracing and return the trace instead of comparing (`replay show --why`)
+  trace: bool = False
 
 
 @dataclass
@@ -61,13 +63,15 @@ class _Runs:
 
 
 class _Worker:
-  def __init__(self, python_path: list[str], env_extra: dict[str, str], slot: int = 0, command: Optional[list[str]] = None):
+  def __init__(self, python_path: list[str], env_extra: dict[str, str], slot: int = 0,
+               command: Optional[list[str]] = None):
     self.slot = slot
     from replay import isolation, revisions
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "CAPTURE_PROCESS_REPLAY": "0",
            isolation.ROOT_ENV: python_path[0], isolation.PACKAGES_ENV: ",".join(revisions.sut_packages()), **env_extra}
     env.pop("PYTEST_CURRENT_TEST", None)
-    self.proc = subprocess.Popen(command or [sys.executable, "-m", "replay.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    self.proc = subprocess.Popen(command or [sys.executable, "-m", "replay.worker"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL if not os.getenv("REPLAY_WORKER_STDERR") else None, env=env,
                                  cwd=python_path[0], start_new_session=True)
     self.buf = b""
@@ -75,17 +79,20 @@ class _Worker:
     self.deadline = 0.0
     self.ready = False
 
-  def send(self, capture: dict, input_data: bytes, output_data: bytes, shared: dict[str, bytes], tolerances, timeout: float,
+  def send(self, capture: dict, input_data: bytes, output_data: bytes, shared: dict[str, bytes], tolerances,
+           timeout: float,
            trace: bool = False) -> None:
     """One capture to replay: a header, the input and output payloads, then the shared blobs the input refers to."""
     from replay.compare import output_names
-    header = json.dumps({"capture_id": capture["id"], "kind": capture["kind"], "flags": json.loads(capture["flags"] or "{}"),
+    header = json.dumps({"capture_id": capture["id"], "kind": capture["kind"],
+                         "flags": json.loads(capture["flags"] or "{}"),
                          "tolerances": tolerances, "names": output_names(capture.get("meta")), "trace": trace,
                          "input_len": len(input_data), "output_len": len(output_data),
                          "shared": [[sha, len(data)] for sha, data in shared.items()]}).encode()
     self.task, self.deadline = capture, time.monotonic() + timeout
     assert self.proc.stdin is not None
-    self.proc.stdin.write(struct.pack(">I", len(header)) + header + input_data + output_data + b"".join(shared.values()))
+    self.proc.stdin.write(struct.pack(">I",
+                                      len(header)) + header + input_data + output_data + b"".join(shared.values()))
     self.proc.stdin.flush()
 
   def messages(self) -> list[dict]:
@@ -118,7 +125,8 @@ def _limit(max_changed: Optional[str], total: int) -> Optional[int]:
   if not max_changed: return None
   s = max_changed.strip()
   try: return max(1, int(float(s[:-1]) / 100 * total)) if s.endswith("%") else int(s)
-  except ValueError: raise ValueError(f"--max-changed must be a count or a percentage like 5%, got {max_changed!r}") from None
+  except ValueError:
+    raise ValueError(f"--max-changed must be a count or a percentage like 5%, got {max_changed!r}") from None
 
 
 class _Progress:
@@ -141,7 +149,8 @@ class _Progress:
       return
     width = 30
     filled = int(width * self.done / max(self.total, 1))
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {time.monotonic() - self.t0:5.1f}s {tail}   ")
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                     f"{time.monotonic() - self.t0:5.1f}s {tail}   ")
     sys.stderr.flush()
 
   def close(self) -> None:
@@ -154,8 +163,10 @@ class CaptureReplay:
   replaced, and outcomes are written in batches. `worker_command` starts a worker (tests give a scripted one)."""
   BATCH = 64
 
-  def __init__(self, store: Store, captures: list[dict], python_path: list[str], replay_fields: dict, options: RunOptions,
-               env_extra: Optional[dict[str, str]] = None, keep: bool = True, worker_command: Optional[list[str]] = None):
+  def __init__(self, store: Store, captures: list[dict], python_path: list[str], replay_fields: dict,
+               options: RunOptions,
+               env_extra: Optional[dict[str, str]] = None, keep: bool = True,
+               worker_command: Optional[list[str]] = None):
     self.store, self.captures, self.python_path, self.options, self.keep = store, captures, python_path, options, keep
     self.env_extra = {**(env_extra or {}), "REPLAY_WORKER_MEMORY_MB": str(options.memory_mb)}
     self.worker_command = worker_command
@@ -175,7 +186,8 @@ class CaptureReplay:
 
   def record(self, capture: dict, result: dict, seconds: float) -> None:
     self.compiler_seconds += result.get("compiler_seconds", 0.0)
-    row = {"replay_id": self.replay_id, "capture_id": capture["id"], "status": result["status"], "reason": result.get("reason", ""),
+    row = {"replay_id": self.replay_id, "capture_id": capture["id"], "status": result["status"],
+           "reason": result.get("reason", ""),
            "diff": result.get("diff", ""), "metrics": json.dumps(result.get("metrics", {})), "seconds": seconds}
     self.rows.append(row)
     if len(self.rows) >= self.BATCH: self.flush()
@@ -211,11 +223,15 @@ class CaptureReplay:
     while self.pending and not self.stopped:
       cap = self.pending.pop(w.slot)
       try:
-        shared = self.store.shared_blobs(cap["id"]) if cap["kind"] == "exec" else {}   # only exec payloads refer to buffer blobs
-        w.send(cap, self.store.get_blob(cap["input_sha"]), self.store.get_blob(cap["output_sha"]), shared, self.options.tolerances,
+        # only exec payloads refer to buffer blobs
+        shared = self.store.shared_blobs(cap["id"]) if cap["kind"] == "exec" else {}
+        w.send(cap, self.store.get_blob(cap["input_sha"]), self.store.get_blob(cap["output_sha"]), shared,
+               self.options.tolerances,
                self.options.timeout, self.options.trace)
       except (BlobError, ValueError) as e:   # a bad blob or flags: an outcome of its own, the rest still replays
-        self.record(cap, {"status": "error", "reason": f"{e}" if isinstance(e, BlobError) else f"capture {cap['id']} has unreadable flags: {e}"}, 0.0)
+        self.record(cap,
+                    {"status": "error", "reason": f"{e}" if isinstance(e, BlobError)
+                     else f"capture {cap['id']} has unreadable flags: {e}"}, 0.0)
         continue
       except BrokenPipeError: w.task = cap  # the worker died at start; the select loop reports it
       return
@@ -226,7 +242,8 @@ class CaptureReplay:
       task, reason = w.task, w.death_reason()
       self.retire(w)
       if task is not None: self.record(task, {"status": "error", "reason": reason}, 0.0)
-      elif not w.ready: raise RuntimeError(f"replay worker failed to start ({reason}); run with REPLAY_WORKER_STDERR=1 to see why")
+      elif not w.ready:
+        raise RuntimeError(f"replay worker failed to start ({reason}); run with REPLAY_WORKER_STDERR=1 to see why")
       self.replace(w)
       return
     for m in msgs:
@@ -244,7 +261,8 @@ class CaptureReplay:
     for w in [w for w in self.workers if w.task is not None and w.ready and now > w.deadline]:
       task = w.task
       self.retire(w)
-      self.record(task, {"status": "error", "reason": f"timed out after {self.options.timeout:g}s"}, self.options.timeout)
+      self.record(task, {"status": "error", "reason": f"timed out after {self.options.timeout:g}s"},
+                  self.options.timeout)
       self.replace(w)
 
   def run(self) -> ReplayResult:
@@ -264,10 +282,12 @@ class CaptureReplay:
         except OSError: pass
       for w in list(self.workers): self.retire(w)
       self.progress.close()
-    return ReplayResult(self.replay_id, self.outcomes, self.stopped, time.monotonic() - self.t0, self.compiler_seconds, self.flag_defaults)
+    return ReplayResult(self.replay_id, self.outcomes, self.stopped, time.monotonic() - self.t0, self.compiler_seconds,
+                        self.flag_defaults)
 
 
-def replay_captures(store: Store, captures: list[dict], python_path: list[str], replay_fields: dict, options: RunOptions,
+def replay_captures(store: Store, captures: list[dict], python_path: list[str], replay_fields: dict,
+                    options: RunOptions,
                     env_extra: Optional[dict[str, str]] = None, keep: bool = True) -> ReplayResult:
   """Replay `captures` with the compiler found on `python_path`; every outcome lands in `outcomes`, and with `keep`
   in a new replay of `store` (without it, the caller decides what to store)."""

@@ -57,8 +57,10 @@ def graph_nodes(obj: Any) -> list:
   return list(order)
 
 
-_SAFE_BUILTINS = {"set", "frozenset", "slice", "complex", "range", "bytearray", "tuple", "list", "dict", "int", "float", "bool", "str", "bytes"}
-_SAFE_NUMPY = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"), ("numpy", "ndarray"), ("numpy", "dtype"),
+_SAFE_BUILTINS = {"set", "frozenset", "slice", "complex", "range", "bytearray", "tuple", "list", "dict", "int", "float",
+                  "bool", "str", "bytes"}
+_SAFE_NUMPY = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"),
                ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"), ("numpy.dtypes", None)}
 
 
@@ -74,7 +76,8 @@ def _plain(dtype: np.dtype) -> np.dtype:
 
 
 def plain_dtype(spec, align=False, copy=True) -> np.dtype:
-  if not isinstance(spec, str): raise UnsafePickleError(f"capture payload builds a numpy dtype from {type(spec).__name__}")
+  if not isinstance(spec, str):
+    raise UnsafePickleError(f"capture payload builds a numpy dtype from {type(spec).__name__}")
   try: dtype = np.dtype(spec)
   except TypeError as e: raise UnsafePickleError(f"capture payload names numpy dtype {spec!r}: {e}") from e
   return _plain(dtype)
@@ -83,12 +86,15 @@ def plain_dtype(spec, align=False, copy=True) -> np.dtype:
 class _PlainArray(np.ndarray):
   """What a payload's arrays are rebuilt as: the state is checked (dtype, size) before numpy applies it."""
   def __setstate__(self, state):
-    if not isinstance(state, tuple) or len(state) != 5: raise UnsafePickleError("capture payload holds a malformed numpy array")
+    if not isinstance(state, tuple) or len(state) != 5:
+      raise UnsafePickleError("capture payload holds a malformed numpy array")
     _version, shape, dtype, _fortran, raw = state
-    if not isinstance(dtype, np.dtype) or not isinstance(raw, (bytes, bytearray)): raise UnsafePickleError("malformed numpy array state")
+    if not isinstance(dtype, np.dtype) or not isinstance(raw, (bytes, bytearray)):
+      raise UnsafePickleError("malformed numpy array state")
     count = 1
     for extent in shape: count *= int(extent)
-    if len(raw) != count * _plain(dtype).itemsize: raise UnsafePickleError("numpy array bytes do not match its shape and dtype")
+    if len(raw) != count * _plain(dtype).itemsize:
+      raise UnsafePickleError("numpy array bytes do not match its shape and dtype")
     super().__setstate__(state)
 
   def __reduce__(self): return self.view(np.ndarray).__reduce__()   # pickled again, it is a plain array
@@ -110,32 +116,39 @@ class RestrictedUnpickler(pickle.Unpickler):
   def find_class(self, module: str, name: str) -> Any:
     if module == "builtins" and name in _SAFE_BUILTINS: return super().find_class(module, name)
     if (module, name) in _SAFE_NUMPY and name in _NUMPY_FACTORIES: return _NUMPY_FACTORIES[name]
-    if (module, name) in _SAFE_NUMPY or (module == "numpy.dtypes" and name.endswith("DType")): return super().find_class(module, name)
+    if (module, name) in _SAFE_NUMPY or (module == "numpy.dtypes" and name.endswith("DType")):
+      return super().find_class(module, name)
     contract = sut.contract()
     if module == contract.__name__ and name in contract.PICKLABLE: return getattr(contract, name)
-    raise UnsafePickleError(f"capture payload refers to {module}.{name}, which replay does not load (only the reconstructors of "
+    raise UnsafePickleError(f"capture payload refers to {module}.{name}, which replay does not load (only the "
+                            f"reconstructors of "
                             f"{contract.__name__}, numpy arrays and plain values are allowed)")
 
 
 def header(data: bytes) -> tuple[bytes, Optional[int], int]:
   """(format, contract version or None, offset of the pickle) of a payload."""
   end = data.find(b"\n", 0, 64)
-  if end < 0 or not data.startswith(b"PRPL"): raise PayloadFormatError("payload is not a capture payload (no format header)")
+  if end < 0 or not data.startswith(b"PRPL"):
+    raise PayloadFormatError("payload is not a capture payload (no format header)")
   fmt, _, rest = data[:end].partition(b" ")
-  version = int(rest[len(b"contract="):]) if rest.startswith(b"contract=") and rest[len(b"contract="):].isdigit() else None
+  version = (int(rest[len(b"contract="):]) if rest.startswith(b"contract=") and rest[len(b"contract="):].isdigit()
+             else None)
   return fmt, version, end + 1
 
 
 def loads(data: bytes) -> Any:
   fmt, version, start = header(data)
   if fmt in OLDER_FORMATS:
-    raise PayloadFormatError(f"captured before the replay contract (payload format {fmt.decode()}): capture again with this harness")
+    raise PayloadFormatError(f"captured before the replay contract (payload format {fmt.decode()}): capture again with "
+                             f"this harness")
   if fmt != FORMAT or version is None:
-    raise PayloadFormatError(f"payload format {data[:start].strip()!r} is not one this harness reads ({FORMAT.decode()} contract=N)")
+    raise PayloadFormatError(f"payload format {data[:start].strip()!r} is not one this harness reads "
+                             f"({FORMAT.decode()} contract=N)")
   contract = sut.contract()
   if version not in contract.READS:
     raise ContractVersionError(f"captured under replay contract v{version}; this revision's {contract.__name__} reads "
                                f"v{', v'.join(map(str, sorted(contract.READS)))}")
   value = RestrictedUnpickler(io.BytesIO(data[start:])).load()
-  if not isinstance(value, tuple) or len(value) != 2: raise PayloadFormatError("a PRPL3 payload is not a (nodes, payload) pair")
+  if not isinstance(value, tuple) or len(value) != 2:
+    raise PayloadFormatError("a PRPL3 payload is not a (nodes, payload) pair")
   return value[1]

@@ -46,7 +46,8 @@ class Policy:
   def tolerances(self) -> Optional[dict]:
     if self.rtol is None and self.atol is None: return None
     from replay.compare import DEFAULT_TOLERANCES
-    return {k: (self.rtol if self.rtol is not None else r, self.atol if self.atol is not None else a) for k, (r, a) in DEFAULT_TOLERANCES.items()}
+    return {k: (self.rtol if self.rtol is not None else r, self.atol if self.atol is not None
+                else a) for k, (r, a) in DEFAULT_TOLERANCES.items()}
 
   def run_options(self, **more):
     from replay.runner import RunOptions
@@ -56,7 +57,8 @@ class Policy:
   def stored(self, selection: dict, guard: Optional[dict]) -> str:
     """The policy stored with a replay, so that `replay report` later gives the verdict this run gave."""
     return json.dumps({"expect_no_change": self.expect_no_change, "allow_incompatible": self.allow_incompatible,
-                       "max_changed": self.max_changed, "tolerances": self.tolerances(), "fail_on_drift": self.fail_on_drift,
+                       "max_changed": self.max_changed, "tolerances": self.tolerances(),
+                       "fail_on_drift": self.fail_on_drift,
                        "max_cost_increase": None if self.max_cost_increase is None else self.max_cost_increase / 100,
                        "selection": selection, **({"guard": guard} if guard is not None else {})})
 
@@ -67,7 +69,8 @@ def count_or_percent(value: Optional[str]) -> Optional[str]:
   text = str(value).strip()
   try: number = float(text[:-1]) if text.endswith("%") else int(text)
   except ValueError: raise ValueError(f"{value!r} is neither a count (20) nor a percentage (5%)") from None
-  if number <= 0 or (text.endswith("%") and number > 100): raise ValueError(f"{value!r} must be a count above 0 or a percentage in (0, 100]")
+  if number <= 0 or (text.endswith("%") and number > 100):
+    raise ValueError(f"{value!r} must be a count above 0 or a percentage in (0, 100]")
   return text
 
 
@@ -128,7 +131,8 @@ class Session:
     store = self.store()
     run_ids = list(runs) or ([] if ids else ([r] if (r := store.latest_run_id()) is not None else []))
     if not run_ids and not ids: raise UsageMistake(f"no captures in {store.path}; run `replay capture -- CMD` first")
-    caps = store.captures(run_ids=run_ids or None, kinds=kinds or None, names=names or None, location=location, ids=ids or None)
+    caps = store.captures(run_ids=run_ids or None, kinds=kinds or None, names=names or None, location=location, ids=ids
+                          or None)
     if not caps and (kinds or names or location or ids or runs): raise UsageMistake("the selection matched no captures")
     return caps, (run_ids[0] if len(run_ids) == 1 else None)
 
@@ -139,7 +143,8 @@ class Session:
   # ***** capture *****
 
   def capture_env(self, run_id: int) -> dict[str, str]:
-    return {**os.environ, "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_RUN_ID": str(run_id), "REPLAY_DB": os.path.abspath(self.store().path)}
+    return {**os.environ, "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_RUN_ID": str(run_id),
+            "REPLAY_DB": os.path.abspath(self.store().path)}
 
   def new_run(self, cmd: list[str]) -> int:
     from replay.capture import run_info
@@ -157,10 +162,13 @@ class Session:
     store.finish_run(run_id, code)
     return store.capture_counts(run_id)
 
-  def capture_teed(self, cmd: list[str], run_id: int, env_extra: Optional[dict] = None, tail_lines: int = 12) -> tuple[int, list[str]]:
+  def capture_teed(self, cmd: list[str], run_id: int, env_extra: Optional[dict] = None,
+                   tail_lines: int = 12) -> tuple[int, list[str]]:
     """Run `cmd` capturing into `run_id`, its output (stdout and stderr, merged) passed through to stdout; returns the
     exit code and what a report says about a failed run: the lines that name a failure, then the last lines."""
-    try: proc = subprocess.Popen(cmd, env={**self.capture_env(run_id), **(env_extra or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+      proc = subprocess.Popen(cmd, env={**self.capture_env(run_id), **(env_extra or {})}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
     except FileNotFoundError: raise UsageMistake(f"command not found: {cmd[0]}") from None
     tail: collections.deque = collections.deque(maxlen=tail_lines)
     failures: list[str] = []
@@ -179,8 +187,10 @@ class Session:
 
   # ***** replay *****
 
-  def replay(self, captures: list[dict], capture_run: Optional[int] = None, base: Optional[str] = None, merge_base: bool = False,
-             policy: Optional[Policy] = None, rerun: bool = False, shard: Optional[str] = None, base_runs: Optional[dict] = None,
+  def replay(self, captures: list[dict], capture_run: Optional[int] = None, base: Optional[str] = None,
+             merge_base: bool = False,
+             policy: Optional[Policy] = None, rerun: bool = False, shard: Optional[str] = None,
+             base_runs: Optional[dict] = None,
              extra_notes: tuple = (), guard: Optional[dict] = None) -> rpt.Summary:
     """Replay `captures` with the compiler of `base` (the working tree without one), end to end with `rerun`; the
     outcomes and the policy are stored, the summary has acceptances marked. `finish` stores its verdict."""
@@ -190,7 +200,8 @@ class Session:
     policy = policy or Policy()
     store = self.store()
     if not captures: raise UsageMistake("the selection matched no captures")
-    chosen = selection(store, captures)   # stored with the policy: `replay merge` checks that shards are of one selection
+    # stored with the policy: `replay merge` checks that shards are of one selection
+    chosen = selection(store, captures)
     if shard is not None:
       try: index, count = parse(shard)
       except ShardError as e: raise UsageMistake(str(e)) from None
@@ -217,11 +228,14 @@ class Session:
       self.log(f"replay: stopped early after --max-changed {policy.max_changed}")
       self._add_to_policy(result.replay_id, stopped_early=True)
     row = store.replay(result.replay_id)
-    return self.with_acceptances(rpt.Summary.from_row(row, store.outcomes(result.replay_id), self.capture_runs(captures)))
+    return self.with_acceptances(rpt.Summary.from_row(row, store.outcomes(result.replay_id),
+                                                      self.capture_runs(captures)))
 
-  def diff(self, base: Optional[str] = None, merge_base: bool = False, policy: Optional[Policy] = None, rerun: bool = False,
+  def diff(self, base: Optional[str] = None, merge_base: bool = False, policy: Optional[Policy] = None,
+           rerun: bool = False,
            shard: Optional[str] = None, **selection) -> rpt.Summary:
-    """Select captures (`runs`, `kinds`, `names`, `location`, `ids`) and replay them on `base`; the verdict is stored."""
+    """Select captures (`runs`, `kinds`, `names`, `location`, `ids`) and replay them on `base`; the verdict is
+    stored."""
     caps, cap_run = self.select(**selection)
     summary = self.replay(caps, cap_run, base, merge_base, policy, rerun, shard)
     self.finish(summary)
@@ -253,9 +267,11 @@ class Session:
       self.log(f"replay: {note}; replaying {len(again)} captures again with the base's defaults")
       overrides = {c["id"]: c["override"] for c in again}
       extra = replay_captures(self.store(), again, path, {}, options, keep=False)
-      outcomes.merge(self.store(), result.replay_id, ((o["capture_id"], o["status"], "with the base's flag defaults ("
-                                                       + ", ".join(f"{k}={v}" for k, v in overrides[o["capture_id"]].items()) + "):\n"
-                                                       + (o["diff"] or o["reason"])) for o in extra.outcomes))
+      def retold(o: dict) -> str:
+        flags = ", ".join(f"{k}={v}" for k, v in overrides[o["capture_id"]].items())
+        return f"with the base's flag defaults ({flags}):\n" + (o["diff"] or o["reason"])
+      outcomes.merge(self.store(), result.replay_id,
+                     ((o["capture_id"], o["status"], retold(o)) for o in extra.outcomes))
     return [note]
 
   def _end_to_end(self, captures: list[dict], replay_id: int, base_sha: str, base_ref: str, tree: str, options,
@@ -264,7 +280,9 @@ class Session:
     from replay.rerun import end_to_end, RerunError
     store = self.store()
     run_ids = sorted({c["run_id"] for c in captures})
-    try: found = end_to_end(store, run_ids, f"{base_ref} ({base_sha[:10]})", tree, revisions.sut_packages(), options.tolerances,
+    try:
+      found = end_to_end(store, run_ids, f"{base_ref} ({base_sha[:10]})", tree, revisions.sut_packages(),
+                         options.tolerances,
                             self.rerun_logs(), base_runs=base_runs)
     except RerunError as e: raise UsageMistake(f"--rerun: {e}") from None
     selected = {c["id"] for c in captures}
@@ -274,8 +292,10 @@ class Session:
     def in_scope(cid: int, status: str) -> bool:
       if status != "removed": return cid in selected
       return whole or ((theirs := store.capture(cid)) is not None and (theirs["kind"], theirs["location"]) in scope)
-    outcomes.merge(store, replay_id, ((cid, c.status, c.diff) for cid, c in found.results.items() if in_scope(cid, c.status)))
-    if found.failures or found.incompatible:   # the verdict fails (4): the step did not finish, or the base cannot run it
+    outcomes.merge(store, replay_id,
+                   ((cid, c.status, c.diff) for cid, c in found.results.items() if in_scope(cid, c.status)))
+    # the verdict fails (4): the step did not finish, or the base cannot run it
+    if found.failures or found.incompatible:
       self._add_to_policy(replay_id, rerun_failures=found.failures, rerun_incompatible=found.incompatible)
     return found.notes + found.failures + found.incompatible
 
@@ -289,8 +309,10 @@ class Session:
     except RevisionError: root = pathlib.Path.cwd()
     return accept.default_path(root)
 
-  def with_acceptances(self, summary: rpt.Summary, stored: Optional[list[dict]] = None, also: frozenset = frozenset()) -> rpt.Summary:
-    """The summary with the changes reviewers accepted (in the database, or `stored`, and in the committed file) marked."""
+  def with_acceptances(self, summary: rpt.Summary, stored: Optional[list[dict]] = None,
+                       also: frozenset = frozenset()) -> rpt.Summary:
+    """The summary with the changes reviewers accepted (in the database, or `stored`, and in the committed file)
+    marked."""
     from replay import accept
     stored = self.store().accepted() if stored is None else stored
     try: summary.accepted = accept.accepted_keys(stored, self.accept_file(), summary.replay.get("base_commit")) | also
@@ -304,13 +326,17 @@ class Session:
     selects nothing is a usage mistake."""
     store = self.store()
     row = store.replay(replay_id)
-    if row is None: raise UsageMistake("no replay found" + (f" with id {replay_id}" if replay_id else "; run `replay run` or `replay diff` first"))
+    if row is None:
+      raise UsageMistake("no replay found" + (f" with id {replay_id}" if replay_id
+                                              else "; run `replay run` or `replay diff` first"))
     runs = self.capture_runs([{"run_id": row["capture_run_id"]}] if row.get("capture_run_id") else [])
     summary = self.with_acceptances(rpt.Summary.from_row(row, store.outcomes(row["id"]), runs))
     summary.view, summary.show_all = {"statuses": list(statuses), "kinds": list(kinds), "location": location}, show_all
     if require_matches and (statuses or kinds or location) and not summary.shown():
-      asked = ", ".join([*(f"--status {x}" for x in statuses), *(f"--kind {x}" for x in kinds), *([f"--location {location!r}"] if location else [])])
-      raise UsageMistake(f"the selection ({asked}) matched no outcome of replay {summary.replay.get('id')}; its verdict: {summary.verdict()[1]}")
+      asked = ", ".join([*(f"--status {x}" for x in statuses), *(f"--kind {x}" for x in kinds),
+                         *([f"--location {location!r}"] if location else [])])
+      raise UsageMistake(f"the selection ({asked}) matched no outcome of replay {summary.replay.get('id')}; its "
+                         f"verdict: {summary.verdict()[1]}")
     return summary
 
   def accept(self, summary: rpt.Summary, ids=(), export: bool = False) -> list[str]:
@@ -322,24 +348,28 @@ class Session:
     chosen = [o for o in summary.shown() if o["status"] == "changed" and (not ids or o["capture_id"] in ids)]
     refused = [o for o in summary.shown() if o["status"] != "changed" and (not ids or o["capture_id"] in ids)]
     if not chosen and not export:
-      raise UsageMistake("the selection has no kernel changes to accept" + (f" ({len(refused)} other outcomes: only changes can be accepted)"
+      raise UsageMistake("the selection has no kernel changes to accept" + (f" ({len(refused)} other outcomes: only "
+                                                                            f"changes can be accepted)"
                                                                             if refused else ""))
     base = summary.replay.get("base_commit")
     new = store.accept(acc.entries(chosen, git_state()[0], base))
     lines = [f"accepted {len(chosen)} changes ({new} new) of replay {summary.replay['id']}"
              + (f"; {len(refused)} mismatches/errors cannot be accepted" if refused else "")]
-    if export:   # only this replay's acceptances: stale ones (a reverted experiment, another base) are not committed by accident
+    # only this replay's acceptances: stale ones (a reverted experiment, another base) are not committed by accident
+    if export:
       path = self.accept_file()
       current = {acc.key(o) for o in summary.outcomes if o["status"] == "changed"}
       try: mine = [e for e in store.accepted() + acc.read_file(path)
                    if acc.applies(e, base) and (e["kind"], e["location"], e["fingerprint"]) in current]
       except acc.AcceptFileError as e: raise UsageMistake(str(e)) from None
       acc.write_file(path, mine)
-      lines.append(f"wrote {len(acc.read_file(path))} accepted changes of replay {summary.replay['id']} to {path} (commit it with the change)")
+      lines.append(f"wrote {len(acc.read_file(path))} accepted changes of replay {summary.replay['id']} to {path} "
+                   f"(commit it with the change)")
     return lines
 
   def capture_row(self, capture_id: int) -> dict:
-    if (cap := self.store().capture(capture_id)) is None: raise UsageMistake(f"no capture with id {capture_id} in {self.store().path}")
+    if (cap := self.store().capture(capture_id)) is None:
+      raise UsageMistake(f"no capture with id {capture_id} in {self.store().path}")
     return cap
 
   def capture_text(self, capture_id: int) -> str:
@@ -348,7 +378,8 @@ class Session:
     from replay import buffers, serialize
     from replay.compare import ast_text, schedule_text
     store, cap = self.store(), self.capture_row(capture_id)
-    lines = [f"capture {cap['id']} [{cap['kind']}] {cap['name']}\nrun {cap['run_id']}  location {cap['location']}\nkey {cap['key']}"]
+    lines = [f"capture {cap['id']} [{cap['kind']}] {cap['name']}\nrun {cap['run_id']}  location {cap['location']}\nkey "
+             f"{cap['key']}"]
     for field in ("flags", "meta"):
       try: value = json.loads(cap[field] or "{}")
       except ValueError: value = None
@@ -360,10 +391,13 @@ class Session:
       if cap["kind"] == "exec": out = buffers.decode_outputs(out, store.shared_blobs(cap["id"]))
       if cap["kind"] == "schedule": lines.append("\n" + schedule_text(out["asts"]))
       elif cap["kind"] == "kernel": lines.append(f"\ndevice {inp['device']}\n{ast_text(inp['ast'])}\n\n{out['src']}")
-      else: lines += [f"output {i}: {o.dtype}{list(o.shape)} sum={float(o.astype('float64').sum()):.6g}" for i, o in enumerate(out["outputs"])]
+      else:
+        lines += [f"output {i}: {o.dtype}{list(o.shape)} sum={float(o.astype('float64').sum()):.6g}"
+                  for i, o in enumerate(out["outputs"])]
     except Exception as e: lines.append(f"(cannot load the payload with this revision: {type(e).__name__}: {e})")
     if (last := store.last_outcome(capture_id)):
-      lines.append(f"\nlast outcome (replay {last['replay_id']}): {last['status']} {last['reason'] or ''}\n{last['diff'] or ''}")
+      lines.append(f"\nlast outcome (replay {last['replay_id']}): {last['status']} "
+                   f"{last['reason'] or ''}\n{last['diff'] or ''}")
     return rpt.clean("\n".join(lines))
 
   def accept_group(self, summary: rpt.Summary, group: list[dict]) -> None:
@@ -378,7 +412,8 @@ class Session:
     except shards.ShardError as e: raise UsageMistake(str(e)) from None
     summary.show_all = show_all
     # acceptances travel with the shards: the rows of shard databases, the marks of JSON reports
-    marked = frozenset(accept.key(o) for r in loaded for o in r.outcomes if o.get("accepted") is True and o["status"] == "changed")
+    marked = frozenset(accept.key(o) for r in loaded for o in r.outcomes if o.get("accepted") is True
+                       and o["status"] == "changed")
     return self.with_acceptances(summary, [row for r in loaded for row in r.accepted], marked)
 
   # ***** why *****
@@ -390,21 +425,25 @@ class Session:
     from replay.why import explain
     store = self.store()
     if cap["kind"] not in ("schedule", "exec"):
-      raise UsageMistake(f"--why explains schedules: capture {cap['id']} is a {cap['kind']} capture (pick the schedule or exec capture at "
+      raise UsageMistake(f"--why explains schedules: capture {cap['id']} is a {cap['kind']} capture (pick the schedule "
+                         f"or exec capture at "
                          "the same location)")
     if base is None:
       last = store.last_outcome(cap["id"])
       row = store.replay(last["replay_id"]) if last else None
       base = row.get("base_commit") if row else None
-      if not base: raise UsageMistake(f"capture {cap['id']} was never replayed against a base revision; give one with --base")
+      if not base:
+        raise UsageMistake(f"capture {cap['id']} was never replayed against a base revision; give one with --base")
     root, sha = resolve(base)
     traces = []
     for path in (overlay(sha, root), str(revisions.project_root())):
-      out = replay_captures(store, [cap], [path], {}, RunOptions(jobs=1, progress=False, trace=True), keep=False).outcomes[0]
-      if "trace" not in out: raise ReplayError(f"could not trace capture {cap['id']} with {path}: {out.get('reason') or out['status']}")
+      out = replay_captures(store, [cap], [path], {}, RunOptions(jobs=1, progress=False, trace=True),
+                            keep=False).outcomes[0]
+      if "trace" not in out:
+        raise ReplayError(f"could not trace capture {cap['id']} with {path}: {out.get('reason') or out['status']}")
       traces.append(out["trace"])
-    return f"capture {cap['id']} [{cap['kind']}] {rpt.clean(cap['name'])} @ {rpt.clean(cap['location'])}, base {base} ({sha[:10]}):\n" \
-           + rpt.clean(explain(*traces))
+    head = f"capture {cap['id']} [{cap['kind']}] {rpt.clean(cap['name'])} @ {rpt.clean(cap['location'])}"
+    return f"{head}, base {base} ({sha[:10]}):\n" + rpt.clean(explain(*traces))
 
   def explain_groups(self, summary: rpt.Summary, limit: int) -> dict[int, str]:
     """`--why` for the first capture of each changed schedule (or exec) group shown, against the replay's base."""
@@ -433,7 +472,8 @@ class Session:
     (folder / "hits").mkdir(exist_ok=True)
     env = {probes.PLAN_ENV: str(plan), probes.HITS_ENV: str(folder / "hits")}
     if boot:
-      env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), str(revisions.harness_root()), *filter(None, [os.environ.get("PYTHONPATH")])])
+      env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), str(revisions.harness_root()),
+                                           *filter(None, [os.environ.get("PYTHONPATH")])])
     return env
 
   def coverage(self, captures: list[dict], base_sha: str, policy: Policy):
@@ -445,7 +485,8 @@ class Session:
     if not guard.executable(): return guard
     with tempfile.TemporaryDirectory(prefix="replay-coverage-") as folder:
       env = self.probe_env(pathlib.Path(folder), guard, boot=False)
-      replay_captures(self.store(), captures, [str(revisions.harness_root())], {}, policy.run_options(progress=False), env_extra=env, keep=False)
+      replay_captures(self.store(), captures, [str(revisions.harness_root())], {}, policy.run_options(progress=False),
+                      env_extra=env, keep=False)
       guard.ran = probes.hits(pathlib.Path(folder) / "hits")
     return guard
 
@@ -477,18 +518,22 @@ class Session:
     from replay.rerun import start_again, RerunError
     tree = overlay(sha, root)
     self.log(f"replay gate: running the command with {base} ({sha[:10]}) while the captures replay...")
-    try: return start_again(self.store(), self.store().run(run_id), f"{base} ({sha[:10]})", tree, revisions.sut_packages(), self.rerun_logs(),
+    try:
+      return start_again(self.store(), self.store().run(run_id), f"{base} ({sha[:10]})", tree, revisions.sut_packages(),
+                         self.rerun_logs(),
                             flag_names=set(json.loads(flag_defaults_json())))
     except RerunError as e: raise UsageMistake(f"--rerun: {e}") from None
 
-  def gate(self, base: str, command: list[str], merge_base: bool = False, policy: Optional[Policy] = None, rerun: bool = True,
+  def gate(self, base: str, command: list[str], merge_base: bool = False, policy: Optional[Policy] = None,
+           rerun: bool = True,
            coverage: bool = True, allow_unguarded: bool = False) -> rpt.Summary:
     """Capture `command`, replay it on `base` (end to end with `rerun`), guard the changed lines (`coverage`), and
     apply the CI policy; the verdict is stored."""
     policy = policy or Policy()
     root, sha = resolve(base, merge_base)
     promised, where = marked(NO_CHANGE_MARKER)
-    if promised and not policy.expect_no_change: self.log(f"replay gate: {NO_CHANGE_MARKER} found in {where}: kernel changes fail")
+    if promised and not policy.expect_no_change:
+      self.log(f"replay gate: {NO_CHANGE_MARKER} found in {where}: kernel changes fail")
     policy.expect_no_change = policy.expect_no_change or promised
     t0 = time.time()
     run_id = self.new_run(command)
@@ -503,7 +548,8 @@ class Session:
     counts = self.finish_capture(run_id, code)
     self.log_capture(run_id, counts)
     if not sum(counts.values()):
-      raise ReplayError(f"the captured command captured nothing: {' '.join(command)}" + (f" ({failure_notes[0]})" if failure_notes else ""))
+      raise ReplayError(f"the captured command captured nothing: {' '.join(command)}" + (f" ({failure_notes[0]})"
+                                                                                         if failure_notes else ""))
     # the command runs with the base while the captured graphs replay (never two runs of the command at once: a
     # program may use fixed paths, as the DISK workloads do)
     base_run = self._start_base_run(run_id, base, sha, root) if rerun else None
@@ -519,7 +565,8 @@ class Session:
     return summary
 
   def log_capture(self, run_id: int, counts: dict[str, int]) -> None:
-    print(f"run {run_id}: captured " + (", ".join(f"{counts.get(k, 0)} {k}" for k in rpt.KINDS)) + f" into {self.store().path}", flush=True)
+    kinds = ", ".join(f"{counts.get(k, 0)} {k}" for k in rpt.KINDS)
+    print(f"run {run_id}: captured {kinds} into {self.store().path}", flush=True)
 
   # ***** bisect and fuzz *****
 
@@ -531,9 +578,12 @@ class Session:
     from replay.runner import replay_captures
     root, good_sha = resolve(good)
     _, bad_sha = resolve(bad)
-    try: commits = revisions.git("rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}", cwd=str(root)).split()
+    try:
+      commits = revisions.git("rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}",
+                              cwd=str(root)).split()
     except RevisionError as e: raise ReplayError(str(e)) from None
-    if not commits: raise UsageMistake(f"{bad} is not a descendant of {good} (no commits between them on the first-parent line)")
+    if not commits:
+      raise UsageMistake(f"{bad} is not a descendant of {good} (no commits between them on the first-parent line)")
     options = policy.run_options(progress=False)
 
     def probe(sha: str):
@@ -548,12 +598,14 @@ class Session:
       return signature(outcomes), summary, True
 
     def subject(sha: str) -> str: return revisions.git("log", "-1", "--format=%h %s", sha, cwd=str(root))
-    say(f"bisect: {len(captures)} captures, {len(commits)} commits after {good} up to {bad} (about {max(1, len(commits).bit_length())} steps)")
+    say(f"bisect: {len(captures)} captures, {len(commits)} commits after {good} up to {bad} (about "
+        f"{max(1, len(commits).bit_length())} steps)")
     good_sig, good_summary, _ = probe(good_sha)
     say(f"  good {subject(good_sha)}: {good_summary}")
     found = first_change(commits, probe, good_sig, lambda st: say(
       f"  {'skipped' if st.skipped else 'differs' if st.differs else 'as good'} {subject(st.sha)}: {st.summary}"))
-    skipped = f"\nskipped (could not be probed): {', '.join(subject(sha) for sha in found.skipped)}" if found.skipped else ""
+    skipped = (f"\nskipped (could not be probed): {', '.join(subject(sha) for sha in found.skipped)}" if found.skipped
+               else "")
     if found.ambiguous:
       say(f"\nthe first change is in one of these commits (the ones before the last could not be probed):{skipped}")
       for sha in found.ambiguous: say(f"  {subject(sha)} ({sha})")
@@ -604,20 +656,26 @@ class Session:
     originals = [r for r in store.runs() if not r.get("rerun_of")]
     cutoff = time.time() - older_than * 86400 if older_than is not None else None
     # a run still being captured (unfinished and started within a day) is never pruned: its writer is not done with it
-    live = {r["id"] for r in store.runs() if r.get("finished") is None and (r.get("started") or 0) > time.time() - 86400}
-    old = [r["id"] for r in originals[keep:] if (cutoff is None or (r.get("started") or 0) < cutoff) and r["id"] not in live]
+    live = {r["id"] for r in store.runs() if r.get("finished") is None
+            and (r.get("started") or 0) > time.time() - 86400}
+    old = [r["id"] for r in originals[keep:] if (cutoff is None or (r.get("started") or 0) < cutoff)
+           and r["id"] not in live]
     doomed = old + [r["id"] for r in store.runs() if r.get("rerun_of") in old]
-    if live: self.log(f"replay: keeping run{'s' if len(live) > 1 else ''} {', '.join(map(str, sorted(live)))}: still being captured")
+    if live:
+      self.log(f"replay: keeping run{'s' if len(live) > 1 else ''} {', '.join(map(str, sorted(live)))}: still being "
+               f"captured")
     try: trees = revisions.cached_trees(revisions.repo_root()) if worktrees else []
     except RevisionError: trees = []
     if dry_run:
       captures = sum(sum(r["counts"].values()) for r in store.runs() if r["id"] in doomed)
-      return (f"would remove {len(doomed)} runs ({', '.join(map(str, sorted(doomed))) or 'none'}) with {captures} captures, the replays of "
+      return (f"would remove {len(doomed)} runs ({', '.join(map(str, sorted(doomed))) or 'none'}) with {captures} "
+              f"captures, the replays of "
               f"them, unreferenced blobs, and {len(trees)} cached worktrees and overlays")
     gone = store.delete_runs(doomed) if doomed else {"blobs": store.delete_unreferenced_blobs()}
     store.vacuum()
     removed = remove_trees() if worktrees else 0
-    return "removed " + ", ".join(f"{n} {what}" for what, n in gone.items()) + f", {removed} cached worktrees and overlays"
+    return ("removed " + ", ".join(f"{n} {what}" for what, n in gone.items()) + f", {removed} cached worktrees and "
+                                                                                f"overlays")
 
 
 def remove_trees() -> int:
@@ -632,8 +690,10 @@ def _flags_with_the_same_default(names: set[str], sha: str, root: pathlib.Path) 
   from replay.capture import flag_defaults_json
   here = json.loads(flag_defaults_json())
   tree = overlay(sha, root)
-  env = {**os.environ, "PYTHONPATH": tree, isolation.ROOT_ENV: tree, isolation.PACKAGES_ENV: ",".join(revisions.sut_packages())}
-  code = "import json\nfrom replay import isolation\nisolation.install()\nfrom replay.replayers import flag_defaults\nprint(json.dumps(flag_defaults()))"
+  env = {**os.environ, "PYTHONPATH": tree, isolation.ROOT_ENV: tree,
+         isolation.PACKAGES_ENV: ",".join(revisions.sut_packages())}
+  code = ("import json\nfrom replay import isolation\nisolation.install()\nfrom replay.replayers import "
+          "flag_defaults\nprint(json.dumps(flag_defaults()))")
   proc = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, timeout=120)
   try: there = json.loads(proc.stdout.strip().splitlines()[-1]) or {}
   except (ValueError, IndexError): return set()

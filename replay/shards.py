@@ -60,15 +60,19 @@ def load(path: str, replay_id: Optional[int] = None) -> ShardResult:
   with open(file, "rb") as handle: head = handle.read(16)
   if head.startswith(b"SQLite format 3"): return _load_store(path, replay_id)
   try: doc = json.loads(file.read_text())
-  except (ValueError, UnicodeDecodeError) as e: raise ShardError(f"{path}: neither a replay database nor a JSON report ({e})") from None
-  if not isinstance(doc, dict) or doc.get("schema") != rpt.JSON_SCHEMA: raise ShardError(f"{path}: not a JSON report of `replay` ({rpt.JSON_SCHEMA})")
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ShardError(f"{path}: neither a replay database nor a JSON report ({e})") from None
+  if not isinstance(doc, dict) or doc.get("schema") != rpt.JSON_SCHEMA:
+    raise ShardError(f"{path}: not a JSON report of `replay` ({rpt.JSON_SCHEMA})")
   replay = dict(doc.get("replay")) if isinstance(doc.get("replay"), dict) else {}
   replay["notes"] = doc.get("notes") or []
   if isinstance(replay.get("policy"), dict): replay["policy"] = json.dumps(replay["policy"])
   if replay.get("policy") is not None and not isinstance(_normal(replay["policy"]), dict):
     raise ShardError(f"{path}: its replay's policy is not a JSON object ({str(replay['policy'])[:60]})")
-  outcomes = [o for o in doc.get("outcomes") or [] if isinstance(o, dict) and {"capture_id", "kind", "status"} <= o.keys()]
-  outcomes = [{**o, "metrics": json.dumps(o.get("metrics") or {}), "location": o.get("location", ""), "name": o.get("name", "")} for o in outcomes]
+  outcomes = [o for o in doc.get("outcomes") or [] if isinstance(o, dict)
+              and {"capture_id", "kind", "status"} <= o.keys()]
+  outcomes = [{**o, "metrics": json.dumps(o.get("metrics") or {}), "location": o.get("location", ""),
+               "name": o.get("name", "")} for o in outcomes]
   runs = [r for r in doc.get("capture_runs") or [] if isinstance(r, dict)]
   return ShardResult(path, replay, outcomes, runs)
 
@@ -77,7 +81,8 @@ def _load_store(path: str, replay_id: Optional[int]) -> ShardResult:
   from db import Store
   store = Store(path, create=False)
   row = store.replay(replay_id)
-  if row is None: raise ShardError(f"{path}: " + (f"no replay {replay_id}" if replay_id is not None else "no replay yet"))
+  if row is None:
+    raise ShardError(f"{path}: " + (f"no replay {replay_id}" if replay_id is not None else "no replay yet"))
   outcomes = store.outcomes(row["id"])
   run_ids = sorted({r for r in [row.get("capture_run_id")] if r is not None} | _run_ids(store, outcomes))
   return ShardResult(path, row, outcomes, [r for i in run_ids if (r := store.run(i)) is not None], store.accepted())
@@ -117,17 +122,22 @@ def _check_one_selection(results: list["ShardResult"], count: int) -> None:
     theirs = _selection_of(other)
     for key, what in (("database", "databases"), ("fingerprint", "selections")):
       if (chosen or {}).get(key) != (theirs or {}).get(key):
-        raise ShardError(f"{other.source} and {first.source} are not shards of one replay: they come from different {what}")
+        raise ShardError(f"{other.source} and {first.source} are not shards of one replay: they come from different "
+                         f"{what}")
   owner: dict[int, str] = {}
   for r in results:
     for o in r.outcomes:
       if o.get("status") == "removed": continue   # a capture of the base's run, not of the selection
       if (seen := owner.setdefault(o["capture_id"], r.source)) != r.source:
-        raise ShardError(f"{r.source} and {seen} both hold capture {o['capture_id']}: shards of one replay are disjoint")
-  finished = all(isinstance(r.replay.get("selected"), int) and r.replay["selected"] == sum(o.get("status") != "removed" for o in r.outcomes)
+        raise ShardError(f"{r.source} and {seen} both hold capture {o['capture_id']}: shards of one replay are "
+                         "disjoint")
+  finished = all(isinstance(r.replay.get("selected"), int)
+                 and r.replay["selected"] == sum(o.get("status") != "removed" for o in r.outcomes)
                  for r in results)
-  if chosen and len(results) == count and finished and (len(owner) != chosen.get("size") or fingerprint(owner) != chosen.get("fingerprint")):
-    raise ShardError(f"the shards hold {len(owner)} captures that are not the {chosen.get('size')} of the selection they were made from")
+  if chosen and len(results) == count and finished and (len(owner) != chosen.get("size")
+                                                        or fingerprint(owner) != chosen.get("fingerprint")):
+    raise ShardError(f"the shards hold {len(owner)} captures that are not the {chosen.get('size')} of the selection "
+                     f"they were made from")
 
 
 def merge(results: list[ShardResult]) -> rpt.Summary:
@@ -135,7 +145,8 @@ def merge(results: list[ShardResult]) -> rpt.Summary:
   if not results: raise ShardError("no shard results to merge")
   first = results[0]
   counts = {r.shard[1] for r in results}
-  if len(counts) > 1: raise ShardError(f"the shards split the captures differently: into {' and '.join(map(str, sorted(counts)))}")
+  if len(counts) > 1:
+    raise ShardError(f"the shards split the captures differently: into {' and '.join(map(str, sorted(counts)))}")
   count = counts.pop()
   seen: dict[int, str] = {}
   for r in results:
@@ -146,14 +157,16 @@ def merge(results: list[ShardResult]) -> rpt.Summary:
   for other in results[1:]:
     for key in _SAME_ACROSS_SHARDS:
       if _comparable(first.replay.get(key)) != _comparable(other.replay.get(key)):
-        raise ShardError(f"{other.source} and {first.source} are not shards of one replay: their {key.replace('_', ' ')} differs "
+        raise ShardError(f"{other.source} and {first.source} are not shards of one replay: their "
+                         f"{key.replace('_', ' ')} differs "
                          f"({other.replay.get(key)!r} vs {first.replay.get(key)!r})")
   notes: list[str] = []
   for r in results:
     for note in _notes(r.replay):
       if note not in notes: notes.append(note)
   selected = [r.replay.get("selected") for r in results]
-  merged_row = {**{k: first.replay.get(k) for k in ("capture_run_id", "base_ref", "base_commit", "head_commit", "policy", "jobs")},
+  merged_row = {**{k: first.replay.get(k) for k in ("capture_run_id", "base_ref", "base_commit", "head_commit",
+                                                    "policy", "jobs")},
                 "id": None, "started": min((r.replay.get("started") or 0 for r in results), default=None),
                 "finished": max((r.replay.get("finished") or 0 for r in results), default=None),
                 "selected": sum(selected) if all(isinstance(s, int) for s in selected) else None,

@@ -12,7 +12,8 @@ from typing import Optional
 
 def _same(a: dict, b: dict) -> bool:
   if a.get("failed") or b.get("failed"): return a.get("failed") == b.get("failed")
-  if a.get("rule") and b.get("rule") and a["rule"] != b["rule"]: return False   # a trace from before rules had ids has none
+  if a.get("rule") and b.get("rule") and a["rule"] != b["rule"]:
+    return False   # a trace from before rules had ids has none
   return (a["file"], a["node"], a["result"]) == (b["file"], b["node"], b["result"])
 
 
@@ -39,6 +40,7 @@ def explain(base: list[dict], head: list[dict], context: int = 2) -> str:
     return (f"both compilers apply the same {len(base)} rewrites and realize decisions: the difference comes from code "
             "outside the traced rules (lowering, rendering, or a pass that is not a pattern rule)")
   lines = [f"first difference at step {i + 1} (of {len(base)} in the base, {len(head)} here):",
-           f"  base: {_entry(base[i] if i < len(base) else None)}", f"  here: {_entry(head[i] if i < len(head) else None)}"]
+           f"  base: {_entry(base[i] if i < len(base) else None)}",
+           f"  here: {_entry(head[i] if i < len(head) else None)}"]
   if i: lines += ["before it, both did:"] + [f"  {_entry(e)}" for e in base[max(0, i - context):i]]
   return "\n".join(lines)

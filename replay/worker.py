@@ -53,10 +53,12 @@ def main() -> None:
     header = json.loads(read_exact(stdin, hlen))
     input_data, output_data = read_exact(stdin, header["input_len"]), read_exact(stdin, header["output_len"])
     shared = {sha: read_exact(stdin, size) for sha, size in header.get("shared", [])}
-    result = replay_one(header["kind"], input_data, output_data, header["flags"], header.get("tolerances"), header.get("names"),
+    result = replay_one(header["kind"], input_data, output_data, header["flags"], header.get("tolerances"),
+                        header.get("names"),
                         bool(header.get("trace")), shared)
     if (foreign := isolation.foreign_modules()):
-      result = {"status": "incompatible", "reason": "the system under test was not loaded from the tree under test: " + ", ".join(foreign[:5]),
+      result = {"status": "incompatible",
+                "reason": "the system under test was not loaded from the tree under test: " + ", ".join(foreign[:5]),
                 "diff": "", "metrics": {}, "compiler_seconds": 0.0}
     result["capture_id"] = header["capture_id"]
     send(proto_out, result)

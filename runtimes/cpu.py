@@ -85,7 +85,8 @@ class CPUDevice(HostDevice):
         loaded[i] = self._load(found[0], rendered[i][1], found[1])   # type: ignore[index]
         BUILDS.record(built=False)
     missing = [i for i in unbuilt if i not in loaded]
-    if len(missing) >= UNIT_MIN_KERNELS: loaded.update(self._build_units([(i, rendered[i], keys[i]) for i in missing]))   # type: ignore[misc]
+    if len(missing) >= UNIT_MIN_KERNELS:
+      loaded.update(self._build_units([(i, rendered[i], keys[i]) for i in missing]))   # type: ignore[misc]
     paths = build_all("cpu", [None if i in loaded else key for i, key in enumerate(keys)], _compile_c)
     out: list[Callable | Exception] = []
     for i, (r, path) in enumerate(zip(rendered, paths)):
@@ -100,7 +101,8 @@ class CPUDevice(HostDevice):
     one compiler process each: the per-process cost (start, link) is most of a small kernel's build. Each
     function gets a unique name in its unit; a unit is cached by its whole source, so the same schedule built again
     (another run, a replay) finds it. Kernels whose source does not have the usual shape build alone."""
-    fits = [(i, src, prg, key) for i, (src, prg), key in kernels if src.startswith(_PRELUDE) and src.count(f"void {prg.name}(") == 1]
+    fits = [(i, src, prg, key) for i, (src, prg), key in kernels if src.startswith(_PRELUDE)
+            and src.count(f"void {prg.name}(") == 1]
     # the compiler's start and the link cost ~35 ms a process, a small kernel's own code ~5 ms: a few kernels build as
     # one unit (less machine time, and a capture often builds on every core at once), many as one unit per core
     count = max(1, min(os.cpu_count() or 1, len(fits) // KERNELS_PER_UNIT))
@@ -117,7 +119,8 @@ class CPUDevice(HostDevice):
       symbols.append(names)
     loaded: dict[int, Callable] = {}
     for path, names in zip(build_all("cpu-units", sources, _compile_c, kernels=[len(u) for u in units]), symbols):
-      if isinstance(path, Exception) or path is None: continue   # those kernels build alone next, and fail alone if they must
+      if isinstance(path, Exception) or path is None:
+        continue   # those kernels build alone next, and fail alone if they must
       for i, prg, symbol, key in names:
         loaded[i] = self._load(path, prg, symbol)
         _remember_unit(key, path, symbol)
@@ -177,8 +180,10 @@ def _compile_c(src: str, out_path: str) -> None:
 # ***** rendering C *****
 
 _ctype = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
-          dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
-          dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.float32: "float", dtypes.float64: "double"}
+          dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
+          dtypes.int64: "long long",
+          dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.float32: "float",
+          dtypes.float64: "double"}
 
 # No #include: parsing <math.h> and <string.h> was half of a small kernel's build (about 20 of 40 ms). The kernels
 # need only these names; the math functions are libm's, declared as the C standard declares them.
@@ -218,7 +223,8 @@ def c_identifier(name, what: str) -> str:
 
 
 def _c_index(value, what: str) -> int:
-  if isinstance(value, bool) or not isinstance(value, int) or value < 0: raise UnsafeSourceError(f"{what} {value!r} is not an index")
+  if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    raise UnsafeSourceError(f"{what} {value!r} is not an index")
   return value
 
 
@@ -233,7 +239,8 @@ def render_const(val, dtype: DType) -> str:
     return f"((_Float16){lit})"
   if dtype == dtypes.bool: return "1" if val else "0"
   if dtypes.is_unsigned(dtype): return f"(({_ctype[dtype]}){int(val)}ull)"
-  if dtype == dtypes.int64: return f"((long long){int(val)}ll)" if val != dtypes.min(dtype) else "(-9223372036854775807ll-1)"
+  if dtype == dtypes.int64:
+    return f"((long long){int(val)}ll)" if val != dtypes.min(dtype) else "(-9223372036854775807ll-1)"
   return f"(({_ctype[dtype]}){int(val)})" if val != -2**31 else "((int)(-2147483647-1))"
 
 
@@ -297,7 +304,8 @@ def _render_alu(op: Ops, dtype: DType, s: list[str]) -> str:
   if op is Ops.THREEFRY: return f"threefry2x32({s[0]}, {s[1]})"
   if op is Ops.IDIV: return f"(({s[1]})==0?({ct})0:({s[0]}/{s[1]}))"
   if op is Ops.MOD: return f"(({s[1]})==0?({ct})0:({s[0]}%{s[1]}))"
-  infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.XOR: "^", Ops.OR: "|", Ops.AND: "&",
+  infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.XOR: "^", Ops.OR: "|",
+           Ops.AND: "&",
            Ops.SHL: "<<", Ops.SHR: ">>", Ops.FDIV: "/"}
   if op in infix:
     expr = f"({s[0]}{infix[op]}{s[1]})"

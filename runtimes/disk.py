@@ -14,7 +14,8 @@ class DiskDevice:
 
   def allocate(self, nbytes: int) -> np.ndarray:
     if not os.path.exists(self.path) or os.path.getsize(self.path) < nbytes:
-      with open(self.path, "ab") as f: f.truncate(max(nbytes, os.path.getsize(self.path) if os.path.exists(self.path) else 0))
+      with open(self.path, "ab") as f:
+        f.truncate(max(nbytes, os.path.getsize(self.path) if os.path.exists(self.path) else 0))
     if nbytes == 0: return np.zeros(0, dtype=np.uint8)
     fd = os.open(self.path, os.O_RDWR)
     try: self._mm = mmap.mmap(fd, os.path.getsize(self.path))

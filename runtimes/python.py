@@ -56,7 +56,8 @@ def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
   if dtype == dtypes.bool: return x != 0
   if dtypes.is_int(dtype) and x.dtype.kind == "f":
     # C truncates toward zero; out-of-range values are undefined there, wrap them here
-    with np.errstate(all="ignore"): return np.trunc(np.nan_to_num(x, nan=0, posinf=0, neginf=0)).astype(np.int64).astype(npdt)
+    with np.errstate(all="ignore"):
+      return np.trunc(np.nan_to_num(x, nan=0, posinf=0, neginf=0)).astype(np.int64).astype(npdt)
   return x.astype(npdt)
 
 
@@ -64,7 +65,8 @@ _alu: dict[Ops, Callable] = {
   Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.MAX: lambda a, b: np.where(a > b, a, b),
   Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.XOR: np.bitwise_xor, Ops.OR: np.bitwise_or, Ops.AND: np.bitwise_and,
   Ops.SHL: np.left_shift, Ops.SHR: np.right_shift, Ops.IDIV: c_idiv, Ops.MOD: c_mod,
-  Ops.NEG: np.negative, Ops.RECIP: lambda x: np.reciprocal(x), Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt,
+  Ops.NEG: np.negative, Ops.RECIP: lambda x: np.reciprocal(x), Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin,
+  Ops.SQRT: np.sqrt,
   Ops.WHERE: np.where, Ops.THREEFRY: threefry2x32, Ops.FDIV: np.divide,
 }
 
@@ -74,7 +76,8 @@ _alu: dict[Ops, Callable] = {
 def eval_index(u: UOp, ranges: dict[int, np.ndarray], var_vals: dict[UOp, int], cache: dict) -> Any:
   """The value of an index expression over the loop positions, its sources first (from the bottom: no recursion)."""
   # a BIND's value is its own: its sources are not evaluated
-  for node in u.sources_first(lambda n: n not in cache, lambda n: n.op not in (Ops.BIND, Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR)):
+  for node in u.sources_first(lambda n: n not in cache,
+                              lambda n: n.op not in (Ops.BIND, Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR)):
     _eval_index_node(node, ranges, var_vals, cache)
   return cache[u]
 
@@ -166,7 +169,8 @@ def _eval(u: UOp, values: dict[UOp, Any], arrays: list[np.ndarray], var_vals: di
     val = np.array(u.arg, dtype=to_np_dtype(u.dtype))
     if u.src: return np.broadcast_to(val, view_positions(u.src[0].arg, var_vals, window)[0])
     return val
-  if op is Ops.DEFINE_VAR: return np.array(_var_by_name(u, var_vals) if u not in var_vals else var_vals[u], dtype=to_np_dtype(u.dtype))
+  if op is Ops.DEFINE_VAR:
+    return np.array(_var_by_name(u, var_vals) if u not in var_vals else var_vals[u], dtype=to_np_dtype(u.dtype))
   if op is Ops.VALID:
     _, _, valid = indexed_view(u.src[0].arg, var_vals, window)
     return valid
@@ -189,7 +193,8 @@ def _eval(u: UOp, values: dict[UOp, Any], arrays: list[np.ndarray], var_vals: di
     if u.arg[0] is Ops.ADD: return np.add.reduce(x, axis=axes, keepdims=True, dtype=x.dtype)
     if u.arg[0] is Ops.MUL: return np.multiply.reduce(x, axis=axes, keepdims=True, dtype=x.dtype)
     # MAX like C's (a > b ? a : b) accumulation, starting from the lowest value
-    return np.max(x, axis=axes, keepdims=True) if x.dtype.kind != "f" or not np.isnan(x).any() else _c_max_reduce(x, axes)
+    return np.max(x, axis=axes,
+                  keepdims=True) if x.dtype.kind != "f" or not np.isnan(x).any() else _c_max_reduce(x, axes)
   if op is Ops.CAST: return _cast(np.asarray(values[u.src[0]]), u.dtype)
   if op is Ops.BITCAST: return np.ascontiguousarray(values[u.src[0]]).view(to_np_dtype(u.dtype))
   if op in _alu:

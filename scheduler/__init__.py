@@ -2,7 +2,8 @@
 from scheduler.dtype import dtypes, DType
 from scheduler.helpers import Context, ContextVar, getenv
 from scheduler.symbolic import Variable
-from scheduler.shape import shapetracker as _shapetracker   # the IR's view chains: imported here so every entry point has them
+# the IR's view chains: imported here so every entry point has them
+from scheduler.shape import shapetracker as _shapetracker
 from scheduler.device import Device
 from scheduler.tensor import Tensor
 from scheduler.ops import UOp, Ops

@@ -116,7 +116,8 @@ def graph_buffers(graph) -> Iterator[tuple[Any, int, str, int, Callable]]:
     if (buf := u.realized) is not None: yield u, buf.size, buf.dtype.name, buf.nbytes, buf.numpy
 
 
-def fresh_buffers(graph, contents: Optional[dict] = None, decode: Optional[Callable] = None, tmpdir: Optional[str] = None):
+def fresh_buffers(graph, contents: Optional[dict] = None, decode: Optional[Callable] = None,
+                  tmpdir: Optional[str] = None):
   """The graph with every BUFFER replaced by a new one of this process (captured numbering would collide), filled with
   `decode(contents[node], elements)` where there are contents. DISK files become temporary files in `tmpdir`: a replay
   never touches a path the capture chose."""

@@ -29,7 +29,8 @@ class _Device:
     if not isinstance(device, str): raise TypeError(f"device must be a string, got {device!r}")
     if device.upper().startswith("DISK:"): return "DISK:" + device[5:]
     dev = device.split(":")[0].upper()
-    if dev not in _Device._names: raise DeviceError(f"unknown device {device!r}; known devices: {', '.join(_Device._names)}")
+    if dev not in _Device._names:
+      raise DeviceError(f"unknown device {device!r}; known devices: {', '.join(_Device._names)}")
     return dev
 
   def __getitem__(self, name: str):
@@ -65,14 +66,16 @@ def find_c_compiler() -> Optional[str]:
 
 class Buffer:
   """Memory of `size` elements of `dtype` on a device, allocated on first use; views share their base's memory."""
-  def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, base: Optional[Buffer] = None, offset: int = 0):
+  def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, base: Optional[Buffer] = None,
+               offset: int = 0):
     if size < 0: raise ValueError(f"buffer size must be non-negative, got {size}")
     self.device, self.size, self.dtype, self.offset = device, size, dtype, offset
     self._base = base
     self._mem: Optional[np.ndarray] = None  # flat uint8 memory
     self.view_count = 0  # live views of this (base) buffer: memory is not freed under them
     if base is not None:
-      if offset + self.nbytes > base.nbytes: raise ValueError(f"buffer view of {self.nbytes} bytes at {offset} exceeds base of {base.nbytes}")
+      if offset + self.nbytes > base.nbytes:
+        raise ValueError(f"buffer view of {self.nbytes} bytes at {offset} exceeds base of {base.nbytes}")
       base.view_count += 1
       weakref.finalize(self, base._view_gone)
     if opaque is not None: self.allocate(opaque)
@@ -123,7 +126,8 @@ class Buffer:
     return self.mem.view(to_np_dtype(self.dtype))
 
   def copyin(self, data: np.ndarray | bytes | memoryview) -> Buffer:
-    src = np.frombuffer(bytes(data), dtype=np.uint8) if not isinstance(data, np.ndarray) else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    if isinstance(data, np.ndarray): src = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    else: src = np.frombuffer(bytes(data), dtype=np.uint8)
     if src.nbytes != self.nbytes: raise ValueError(f"copyin of {src.nbytes} bytes into a buffer of {self.nbytes}")
     self.ensure_allocated()
     self.mem[:] = src
@@ -134,7 +138,8 @@ class Buffer:
     return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)
 
   def __repr__(self):
-    return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype}" + (f" offset:{self.offset}" if self._base is not None else "") + ">"
+    return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype}" + (f" offset:{self.offset}"
+                                                                               if self._base is not None else "") + ">"
 
   def __reduce__(self):
     data = self.numpy() if self.is_allocated() else None
@@ -151,7 +156,8 @@ class HostDevice:
 # ***** the on-disk cache of compiled programs *****
 
 def cache_dir() -> pathlib.Path:
-  root = os.getenv("COMPILE_CACHE_DIR") or os.path.join(os.getenv("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "process-replay")
+  root = os.getenv("COMPILE_CACHE_DIR") or os.path.join(os.getenv("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+                                                        "process-replay")
   return pathlib.Path(root)
 
 
@@ -181,7 +187,8 @@ def cached_build(kind: str, source: str, build, kernels: int = 1) -> pathlib.Pat
   return path
 
 
-def build_all(kind: str, sources: list[Optional[str]], build, kernels: Optional[list[int]] = None) -> list[pathlib.Path | Exception | None]:
+def build_all(kind: str, sources: list[Optional[str]], build,
+              kernels: Optional[list[int]] = None) -> list[pathlib.Path | Exception | None]:
   """`cached_build` of many sources at once, in parallel threads (each build is a compiler process); a failure is
   that source's exception, a None source stays None."""
   todo = [i for i, src in enumerate(sources) if src is not None]
@@ -223,16 +230,19 @@ class BuildStats:
     now = time.monotonic()
     if terminal and now - self.reported_at > 0.2:
       self.reported_at = now
-      sys.stderr.write(f"\rcompiling kernels: {self.built} built ({self.seconds:.1f} s of compiler time), {self.cached} from the cache ")
+      sys.stderr.write(f"\rcompiling kernels: {self.built} built ({self.seconds:.1f} s of compiler time), "
+                       f"{self.cached} from the cache ")
       sys.stderr.flush()
     elif not terminal and self.built // 50 > self.reported_bucket:
       self.reported_bucket = self.built // 50
-      sys.stderr.write(f"compiling kernels: {self.built} built so far ({self.seconds:.1f} s of compiler time), {self.cached} from the cache\n")
+      sys.stderr.write(f"compiling kernels: {self.built} built so far ({self.seconds:.1f} s of compiler time), "
+                       f"{self.cached} from the cache\n")
 
   def summary(self) -> None:
     if self.built or self.cached:
       lead = "\r" if sys.stderr.isatty() else ""
-      sys.stderr.write(f"{lead}compiled {self.built} kernels ({self.seconds:.1f} s of compiler time, {os.cpu_count() or 1} in parallel), "
+      sys.stderr.write(f"{lead}compiled {self.built} kernels ({self.seconds:.1f} s of compiler time, "
+                       f"{os.cpu_count() or 1} in parallel), "
                        f"{self.cached} from the cache {cache_dir()}\n")
 
 

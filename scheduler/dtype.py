@@ -26,7 +26,8 @@ class DType:
   def base(self) -> DType: return self
   @property
   def scalar(self) -> DType: return self
-  def ptr(self, size: int = -1) -> PtrDType: return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self, size)
+  def ptr(self, size: int = -1) -> PtrDType:
+    return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self, size)
   def vec(self, sz: int) -> DType:
     if sz == 1: return self
     return DType(self.priority, self.itemsize * sz, f"{self.name}{sz}", None, sz)
@@ -43,7 +44,8 @@ class PtrDType(DType):
   def base(self) -> DType: return self._base
   def __repr__(self): return f"{self._base!r}.ptr({self.size})"
   def __reduce__(self):
-    return RECONSTRUCTORS["ptr_dtype"], ((self.priority, self.itemsize, self.name, self.fmt, self.count), self._base, self.size)
+    return RECONSTRUCTORS["ptr_dtype"], ((self.priority, self.itemsize, self.name, self.fmt, self.count), self._base,
+                                         self.size)
 
 
 class dtypes:
@@ -111,7 +113,8 @@ class dtypes:
 
 
 _by_name: dict[str, DType] = {d.name: d for d in (dtypes.void,) + dtypes.all}
-_user_names = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16, "uint16": dtypes.uint16,
+_user_names = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
+               "uint16": dtypes.uint16,
                "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64, "uint64": dtypes.uint64,
                "float16": dtypes.float16, "float32": dtypes.float32, "float64": dtypes.float64}
 
@@ -139,7 +142,8 @@ def _value_range(dtype: DType) -> tuple:
 # in one step; two dtypes promote to the lowest-priority dtype that both can widen to.
 _WIDENS_TO: dict[DType, tuple[DType, ...]] = {
   dtypes.bool: (dtypes.int8, dtypes.uint8),
-  dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,), dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.float16,),
+  dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,), dtypes.int32: (dtypes.int64,),
+  dtypes.int64: (dtypes.float16,),
   dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
   dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.float16,),
   dtypes.float16: (dtypes.float32,), dtypes.float32: (dtypes.float64,), dtypes.float64: (),
@@ -166,7 +170,8 @@ def least_upper_dtype(*ds: DType) -> DType:
 MANTISSA_BITS = {2: 10, 4: 23, 8: 52}
 
 
-def least_upper_float(dt: DType) -> DType: return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
+def least_upper_float(dt: DType) -> DType:
+  return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
 
 
 def sum_acc_dtype(dt: DType) -> DType:
@@ -177,7 +182,8 @@ def sum_acc_dtype(dt: DType) -> DType:
   return least_upper_dtype(dt, floor)
 
 
-_np_map = {dtypes.bool: np.bool_, dtypes.int8: np.int8, dtypes.uint8: np.uint8, dtypes.int16: np.int16, dtypes.uint16: np.uint16,
+_np_map = {dtypes.bool: np.bool_, dtypes.int8: np.int8, dtypes.uint8: np.uint8, dtypes.int16: np.int16,
+           dtypes.uint16: np.uint16,
            dtypes.int32: np.int32, dtypes.uint32: np.uint32, dtypes.int64: np.int64, dtypes.uint64: np.uint64,
            dtypes.float16: np.float16, dtypes.float32: np.float32, dtypes.float64: np.float64}
 _from_np_map = {np.dtype(v): k for k, v in _np_map.items()}

@@ -104,7 +104,8 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
     rule = LOCAL_GRADIENTS.get(node.op)
     if rule is None: raise RuntimeError(f"no gradient rule for {node.op}")
     local = rule(g, node)
-    if len(local) != len(node.src): raise RuntimeError(f"gradient of {node.op} gave {len(local)} gradients for {len(node.src)} sources")
+    if len(local) != len(node.src):
+      raise RuntimeError(f"gradient of {node.op} gave {len(local)} gradients for {len(node.src)} sources")
     forward = all_metadata.get(node)
     for source, contribution in zip(node.src, local):
       if contribution is None: continue

@@ -204,7 +204,8 @@ def evaluate(request: Any, expand: Callable[[Any], Generator], cache: dict) -> A
 
 
 # what the compiler's values pickle as: the reconstructors of the replay contract (scheduler/contract.py registers them
-# when the package is imported), looked up here so that the lower layers pickle through the contract without importing it
+# when the package is imported), looked up here so that the lower layers pickle through the contract without importing
+# it
 RECONSTRUCTORS: dict[str, Callable] = {}
 
 

@@ -18,7 +18,8 @@ class _NoCapture:
 _NO_CAPTURE = _NoCapture()
 
 def capture_point(kind: str, *inputs: Any, **meta: Any):
-  """Context manager around one captured call: `with capture_point("schedule", sink) as cap: ...; cap.set_output(out)`."""
+  """Context manager around one captured call:
+  `with capture_point("schedule", sink) as cap: ...; cap.set_output(out)`."""
   if not CAPTURE_PROCESS_REPLAY: return _NO_CAPTURE
   from replay.capture import CapturePoint
   return CapturePoint(kind, inputs, meta)

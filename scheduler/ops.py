@@ -8,7 +8,8 @@ from __future__ import annotations
 import enum, functools, hashlib, inspect, itertools, math, threading, weakref
 from typing import Any, Callable, Iterable, Optional, TYPE_CHECKING
 from scheduler.dtype import DType, dtypes, ConstType
-from scheduler.helpers import Context, computed_once, computed_from_sources, prod, unwrap, TRACK_MATCH_STATS, PICKLE_BUFFERS, Metadata, RECONSTRUCTORS
+from scheduler.helpers import (Context, computed_once, computed_from_sources, prod, unwrap, TRACK_MATCH_STATS,
+                               PICKLE_BUFFERS, Metadata, RECONSTRUCTORS)
 from scheduler.device import Buffer   # the device layer sits below the IR: it knows dtypes, not UOps
 if TYPE_CHECKING:
   from scheduler.shape.shapetracker import ShapeTracker
@@ -26,20 +27,47 @@ class Ops(enum.IntEnum):
   UNIQUE = enum.auto(); DEVICE = enum.auto(); BUFFER = enum.auto(); BUFFER_VIEW = enum.auto()
   DEFINE_GLOBAL = enum.auto(); DEFINE_ACC = enum.auto(); DEFINE_VAR = enum.auto(); BIND = enum.auto()
   # views and movement
-  VIEW = enum.auto(); RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto(); PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()
+  VIEW = enum.auto()
+  RESHAPE = enum.auto()
+  PERMUTE = enum.auto()
+  EXPAND = enum.auto()
+  PAD = enum.auto()
+  SHRINK = enum.auto()
+  FLIP = enum.auto()
   # constants and memory
   CONST = enum.auto(); VALID = enum.auto(); INDEX = enum.auto(); LOAD = enum.auto(); STORE = enum.auto()
   # tensor-level meta ops
-  CONTIGUOUS = enum.auto(); CONTIGUOUS_BACKWARD = enum.auto(); DETACH = enum.auto(); COPY = enum.auto(); EMPTY = enum.auto()
+  CONTIGUOUS = enum.auto()
+  CONTIGUOUS_BACKWARD = enum.auto()
+  DETACH = enum.auto()
+  COPY = enum.auto()
+  EMPTY = enum.auto()
   ASSIGN = enum.auto()
   # reduce
   REDUCE_AXIS = enum.auto()
   # unary
-  CAST = enum.auto(); BITCAST = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto(); SIN = enum.auto(); SQRT = enum.auto()
+  CAST = enum.auto()
+  BITCAST = enum.auto()
+  EXP2 = enum.auto()
+  LOG2 = enum.auto()
+  SIN = enum.auto()
+  SQRT = enum.auto()
   RECIP = enum.auto(); NEG = enum.auto()
   # binary
-  ADD = enum.auto(); MUL = enum.auto(); IDIV = enum.auto(); MAX = enum.auto(); MOD = enum.auto(); CMPLT = enum.auto(); CMPNE = enum.auto()
-  XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto(); OR = enum.auto(); AND = enum.auto(); THREEFRY = enum.auto(); SUB = enum.auto()
+  ADD = enum.auto()
+  MUL = enum.auto()
+  IDIV = enum.auto()
+  MAX = enum.auto()
+  MOD = enum.auto()
+  CMPLT = enum.auto()
+  CMPNE = enum.auto()
+  XOR = enum.auto()
+  SHL = enum.auto()
+  SHR = enum.auto()
+  OR = enum.auto()
+  AND = enum.auto()
+  THREEFRY = enum.auto()
+  SUB = enum.auto()
   FDIV = enum.auto()
   # ternary
   WHERE = enum.auto(); MULACC = enum.auto()
@@ -130,14 +158,16 @@ class UOpMetaClass(type):
   ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
   sweep_at: int = 1 << 14
 
-  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, _buffer: Optional[Buffer] = None):
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+               _buffer: Optional[Buffer] = None):
     identity = (op, dtype, src, arg, type(arg))
     if type(arg) is float and arg == 0: identity += (math.copysign(1.0, arg),)   # -0.0 == 0.0, but 1/-0.0 is -inf
     cache = UOpMetaClass.ucache
     existing_ref = cache.get(identity)
     existing = existing_ref() if existing_ref is not None else None
     if existing is not None: return existing
-    with _UCACHE_LOCK:   # threads that build the same node at once must get one object, and a sweep must not race an insert
+    # threads that build the same node at once must get one object, and a sweep must not race an insert
+    with _UCACHE_LOCK:
       existing_ref = cache.get(identity)
       if existing_ref is not None and (existing := existing_ref()) is not None: return existing
       created = super().__call__(op, dtype, src, arg)
@@ -327,16 +357,19 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     op = self.op
     if op is Ops.VIEW: return self.arg
     if op in GroupOp.Movement: return unwrap(self.src[0].st).mop(op, self.arg)
-    if op in (Ops.BUFFER, Ops.BUFFER_VIEW): return ShapeTracker.from_shape((self.arg[1] if op is Ops.BUFFER else self.arg[0],))
+    if op in (Ops.BUFFER, Ops.BUFFER_VIEW):
+      return ShapeTracker.from_shape((self.arg[1] if op is Ops.BUFFER else self.arg[0],))
     if op in (Ops.CONST, Ops.DEFINE_VAR): return self.src[0].st if self.src else None
     if op in _SHAPELESS: return None
     shaped = [chain.shape for chain in (s.st for s in self.src) if chain is not None]
     if not shaped: return None
-    if any(shape != shaped[0] for shape in shaped[1:]): raise ValueError(f"{op} has sources of different shapes {shaped}")
+    if any(shape != shaped[0] for shape in shaped[1:]):
+      raise ValueError(f"{op} has sources of different shapes {shaped}")
     return ShapeTracker.from_shape(self._output_shape(shaped[0]))
 
   def _output_shape(self, shape: tuple) -> tuple:
-    if self.op is Ops.REDUCE_AXIS: return tuple(1 if axis in self.arg[1] else extent for axis, extent in enumerate(shape))
+    if self.op is Ops.REDUCE_AXIS:
+      return tuple(1 if axis in self.arg[1] else extent for axis, extent in enumerate(shape))
     old_size, new_size = self.src[0].dtype.itemsize, self.dtype.itemsize
     if self.op is Ops.BITCAST and shape and old_size != new_size: return (*shape[:-1], shape[-1] * old_size // new_size)
     return shape
@@ -439,7 +472,8 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
       if not isinstance(arg, UOp): return UOp.const(dtype, arg, device, ()).reshape((1,) * len(shape)).expand(shape)
       # a bound variable used as a tensor value
       var, val = arg.unbind()
-      return var.replace(src=(UOp(Ops.VIEW, dtypes.void, (UOp(Ops.DEVICE, arg=device),), ShapeTracker.from_shape(shape)),)).bind(val)
+      return var.replace(src=(UOp(Ops.VIEW, dtypes.void, (UOp(Ops.DEVICE, arg=device),),
+                                  ShapeTracker.from_shape(shape)),)).bind(val)
     if op is Ops.EMPTY:
       return UOp.new_buffer(device, prod(shape), dtype).reshape(shape)
     raise ValueError(f"unknown metaop {op}")
@@ -462,7 +496,8 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
   def contiguous_backward(self) -> UOp: return self._wrapped(Ops.CONTIGUOUS_BACKWARD)
   def detach(self) -> UOp: return self._wrapped(Ops.DETACH)
   def assign(self, x: UOp) -> UOp: return UOp(Ops.ASSIGN, self.dtype, (self, x))
-  def copy_to_device(self, device: str, clone: bool = False) -> UOp: return UOp(Ops.COPY, self.dtype, (UOp(Ops.DEVICE, arg=device), self), clone)
+  def copy_to_device(self, device: str, clone: bool = False) -> UOp:
+    return UOp(Ops.COPY, self.dtype, (UOp(Ops.DEVICE, arg=device), self), clone)
   def clone(self) -> UOp: return self.copy_to_device(self.device, clone=True)
 
   # ***** views and movement ops (all movement ops become one VIEW on the base) *****
@@ -493,7 +528,8 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   def bind(self, val: int) -> UOp:
     if self.op is not Ops.DEFINE_VAR: raise ValueError(f"cannot bind {self.op}")
-    if not (self.arg[1] <= val <= self.arg[2]): raise ValueError(f"value {val} out of range of {self.arg[0]} [{self.arg[1]}, {self.arg[2]}]")
+    if not (self.arg[1] <= val <= self.arg[2]):
+      raise ValueError(f"value {val} out of range of {self.arg[0]} [{self.arg[1]}, {self.arg[2]}]")
     return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
 
   def unbind(self) -> tuple[UOp, int]:
@@ -512,7 +548,8 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
   def variables(self) -> list[UOp]:
     st_vars: list[set[UOp]] = [x.st.vars() for x in self.toposort if x.st is not None and x.op is Ops.VIEW]
-    return sorted(set.union(*st_vars, {x.unbind()[0] if x.op is not Ops.DEFINE_VAR else x for x in self.vars()}), key=lambda v: v.arg)
+    return sorted(set.union(*st_vars, {x.unbind()[0] if x.op is not Ops.DEFINE_VAR else x for x in self.vars()}),
+                  key=lambda v: v.arg)
 
   def simplify(self) -> UOp:
     with _no_tracking(): return graph_rewrite(self, _Above.symbolic)
@@ -585,7 +622,8 @@ class UPat(MathMixin):
                src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = None, name: str | None = None,
                allow_any_len: bool = False, location=None, custom_early_reject: set[Ops] | None = None):
     self.op: Optional[tuple[Ops, ...]] = None if op is None else ((op,) if isinstance(op, Ops) else tuple(op))
-    self.dtype: Optional[tuple[DType, ...]] = None if dtype is None else ((dtype,) if isinstance(dtype, DType) else tuple(dtype))
+    self.dtype: Optional[tuple[DType, ...]] = None if dtype is None else ((dtype,) if isinstance(dtype, DType)
+                                                                          else tuple(dtype))
     self.arg, self.name = arg, name
     # src holds the alternative source tuples to try; a single UPat is stored as itself and repeats
     if src is None: self.src: Any = None
@@ -609,14 +647,16 @@ class UPat(MathMixin):
   @staticmethod
   def const(dtype, b) -> UPat: return UPat(Ops.CONST, dtype=dtype, arg=b)
   @staticmethod
-  def assign(target: UPat, value: UPat, name: str | None = None) -> UPat: return UPat(Ops.ASSIGN, src=(target, value), name=name)
+  def assign(target: UPat, value: UPat, name: str | None = None) -> UPat:
+    return UPat(Ops.ASSIGN, src=(target, value), name=name)
 
   # builders, so that patterns read like the graphs they match
   def cast(self, dtype=None) -> UPat: return UPat(Ops.CAST, dtype, (self,))
   def view(self, st=None, **kwargs) -> UPat: return UPat(Ops.VIEW, src=(self,), arg=st, **kwargs)
   def alu(self, op: Ops, *src: UPat) -> UPat:
     operands = (self, *src)
-    return UPat(op, dtypes.bool if op in GroupOp.Comparison else None, list(operands) if op in GroupOp.Commutative else operands)
+    return UPat(op, dtypes.bool if op in GroupOp.Comparison else None, list(operands) if op in GroupOp.Commutative
+                else operands)
   def ufix(self, x) -> UPat: return x if isinstance(x, UPat) else UPat.const(None, x)
   def where(self, x, y) -> UPat: return UPat(Ops.WHERE, None, (self, self.ufix(x), self.ufix(y)))
 
@@ -670,7 +710,8 @@ class PatternMatcher:
 
   A rule is (pattern, function); the function gets the pattern's named UOps as keyword arguments, plus
   `ctx` when it asks for it. Returning None (or the node itself) means the rule does not apply."""
-  def __init__(self, patterns: list[tuple[UPat, Callable]], _compiled: Optional[list[tuple[UPat, Callable, bool]]] = None):
+  def __init__(self, patterns: list[tuple[UPat, Callable]],
+               _compiled: Optional[list[tuple[UPat, Callable, bool]]] = None):
     self.patterns = patterns
     if _compiled is None:
       for pattern, _ in patterns:
@@ -679,7 +720,8 @@ class PatternMatcher:
     self.compiled = _compiled
     self.by_op: dict[Ops, list[tuple[UPat, Callable, set[Ops], bool]]] = {}
     for pattern, fn, wants_ctx in _compiled:
-      for op in _ops_of(pattern): self.by_op.setdefault(op, []).append((pattern, fn, pattern.custom_early_reject, wants_ctx))
+      for op in _ops_of(pattern):
+        self.by_op.setdefault(op, []).append((pattern, fn, pattern.custom_early_reject, wants_ctx))
 
   def __add__(self, more: PatternMatcher) -> PatternMatcher:
     # reuses the signatures already inspected: adding matchers is cheap enough to do per call
@@ -694,7 +736,8 @@ class PatternMatcher:
       for bound in pattern.match(uop, {}):
         out = fn(ctx=ctx, **bound) if wants_ctx else fn(**bound)
         if out is None or out is uop: continue
-        if TRACK_MATCH_STATS and tracked_rewrites: tracked_rewrites[-1][1].append((pattern.location + (getattr(fn, 'rule', ''),), uop, out))
+        if TRACK_MATCH_STATS and tracked_rewrites:
+          tracked_rewrites[-1][1].append((pattern.location + (getattr(fn, 'rule', ''),), uop, out))
         return out
     return None
 
@@ -705,7 +748,8 @@ tracked_rewrites: list[tuple[str, list[tuple[tuple[str, int], UOp, UOp]]]] = []
 
 
 def named_rule(rule_id: str, title: str) -> Callable[[Callable], Callable]:
-  """Decorator: a rewrite rule's id in SCHEDULER.md and a few words; the rewrite trace (`replay show --why`) names it."""
+  """Decorator: a rewrite rule's id in SCHEDULER.md and a few words; the rewrite trace (`replay show --why`) names
+  it."""
   def mark(fn: Callable) -> Callable:
     fn.rule = f"{rule_id} ({title})"   # type: ignore[attr-defined]
     return fn
@@ -795,7 +839,8 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx=None, bottom_up: bool = Fal
   return rewriter.node_first(sink) if bottom_up else rewriter.sources_first(sink)
 
 
-def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx=None, bottom_up: bool = False, name: str | None = None) -> dict[UOp, UOp]:
+def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx=None, bottom_up: bool = False,
+                      name: str | None = None) -> dict[UOp, UOp]:
   """Rewrite the graph and return what every node of the input graph became."""
   rewriter = _Rewriter(pm, ctx)
   if not bottom_up:   # rewriting the sink visits every node of the graph once, sources first

@@ -25,7 +25,8 @@ def get_program(device: str, ast: UOp) -> Callable:
     name = kernel_name(ast)
     try: prg = Device[device].compile(ast, name)
     except KernelError: raise
-    except Exception as e: raise KernelError(f"kernel {name} failed to compile on {device}: {type(e).__name__}: {e}") from e
+    except Exception as e:
+      raise KernelError(f"kernel {name} failed to compile on {device}: {type(e).__name__}: {e}") from e
     _program_cache[key] = prg
   return prg
 

@@ -41,7 +41,8 @@ def _extend_with_axes(chain: ShapeTracker, extents: tuple) -> ShapeTracker:
   views = []
   for v in chain.views:
     mask = None if v.mask is None else v.mask + tuple((0, e) for e in extents)
-    views.append(View.create(v.shape + extents, tuple(s * block for s in v.strides) + inner_strides, v.offset * block, mask))
+    views.append(View.create(v.shape + extents, tuple(s * block for s in v.strides) + inner_strides, v.offset * block,
+                             mask))
   return ShapeTracker(tuple(views))
 
 
@@ -152,11 +153,13 @@ class KernelAst:
     for s in u.src: parts.append((yield (s, chain)) if s.st is not None else (s, chain.shape))
     rounds = 0
     while len(frames := {frame for _, frame in parts}) > 1:   # S67: bring every source into the longest frame
-      if (rounds := rounds + 1) > 8: raise ScheduleError(f"the sources of {u.op} cannot be brought into one iteration space")
+      if (rounds := rounds + 1) > 8:
+        raise ScheduleError(f"the sources of {u.op} cannot be brought into one iteration space")
       target = max(frames, key=len)
       reframed = chain.reshape(target)
       moved = []
-      for s, p in zip(u.src, parts): moved.append(p if p[1] == target else (yield (s, reframed)) if s.st is not None else (s, target))
+      for s, p in zip(u.src, parts):
+        moved.append(p if p[1] == target else (yield (s, reframed)) if s.st is not None else (s, target))
       parts = moved
     return u.replace(src=tuple(expr for expr, _ in parts)), parts[0][1]
 
@@ -166,7 +169,8 @@ class KernelAst:
     node = self.kernel.node
     if node.op in (Ops.COPY, Ops.BUFFER_VIEW):   # S70: meta items are the op itself over the load of buffer 1
       source = self.buffers[1]
-      loaded = UOp(Ops.LOAD, source.dtype, (self.global_buffer(1), self.view(ShapeTracker.from_shape((source.arg[1],)))))
+      loaded = UOp(Ops.LOAD, source.dtype,
+                   (self.global_buffer(1), self.view(ShapeTracker.from_shape((source.arg[1],)))))
       if node.op is Ops.COPY: return UOp(Ops.COPY, node.dtype, (node.src[0], loaded), node.arg)
       return UOp(Ops.BUFFER_VIEW, node.dtype, (loaded,), node.arg)
     if node.op is Ops.ASSIGN: value, store_chain = node.src[1], node.src[0].st
@@ -177,7 +181,8 @@ class KernelAst:
     ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (self.global_buffer(0), store_view, expr)),))
     if node.op is Ops.ASSIGN: self.check_self_reads(ast, store_view.arg)
     devices = [b.device for b in self.buffers]
-    if any(d != devices[0] for d in devices): raise ScheduleError(f"all buffers must be on the same device: {devices} (S74)")
+    if any(d != devices[0] for d in devices):
+      raise ScheduleError(f"all buffers must be on the same device: {devices} (S74)")
     return ast
 
   def check_self_reads(self, ast: UOp, store: ShapeTracker) -> None:
@@ -188,5 +193,6 @@ class KernelAst:
       read = u.src[1].arg
       if read == store: continue
       read_range = _memory_range(read)
-      if written is not None and read_range is not None and (read_range[1] < written[0] or written[1] < read_range[0]): continue
+      if written is not None and read_range is not None and (read_range[1] < written[0] or written[1] < read_range[0]):
+        continue
       raise ScheduleError(SELF_OPERAND_ERROR)

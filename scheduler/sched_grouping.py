@@ -141,7 +141,8 @@ def _input_reads_other_assign_target(r: UOp, member: UOp, state: Realizes) -> bo
     u = todo.pop()
     if u in seen: continue
     seen.add(u)
-    if u.op is Ops.BUFFER and (writer := state.assign_of_buffer.get(u)) is not None and writer is not member: return True
+    if u.op is Ops.BUFFER and (writer := state.assign_of_buffer.get(u)) is not None and writer is not member:
+      return True
     if u in state.realized: continue
     todo.extend(s.base for s in u.src)
   return False
@@ -174,7 +175,8 @@ def group_reduces(state: Realizes) -> None:
     forced = r in search.members or len(members) > 1                                     # S44
     why = "S44 (forced)" if forced else "S46 (no member: chase)"
     can_chase = all(m not in owner for m in members)
-    if not forced and members and members[0].op is Ops.ASSIGN and _input_reads_other_assign_target(r, members[0], state):
+    if (not forced and members and members[0].op is Ops.ASSIGN
+        and _input_reads_other_assign_target(r, members[0], state)):
       forced, can_chase, why = True, False, "S45 (assign conflict)"
     if forced or not members:
       end = _chase(r, state) if can_chase else r
@@ -185,4 +187,5 @@ def group_reduces(state: Realizes) -> None:
       if members[0] in state.releasable: state.release(members[0], "S49 (FUSE_ARANGE)")   # (fixed D3)
   for outer in double_reduces:                                                           # S50
     inner = outer.src[0].base
-    if len(state.children.get(inner, {})) == 1 and inner in state.releasable: state.release(inner, "S50 (FUSE_CONV_BW)")   # D4
+    if len(state.children.get(inner, {})) == 1 and inner in state.releasable:
+      state.release(inner, "S50 (FUSE_CONV_BW)")   # D4

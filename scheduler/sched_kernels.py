@@ -25,7 +25,8 @@ class Kernel:
   buffer: UOp                    # the BUFFER it writes (an ASSIGN writes its target's buffer)
   inputs: list[UOp]              # S53 order: BUFFERs and realized nodes of other kernels
   metadata: tuple = ()
-  readers_first: list[Kernel] = field(default_factory=list)   # S57: kernels that must read `buffer` before this one writes
+  # S57: kernels that must read `buffer` before this one writes
+  readers_first: list[Kernel] = field(default_factory=list)
 
   @property
   def is_assign(self) -> bool: return self.node.op is Ops.ASSIGN
@@ -119,7 +120,8 @@ def add_write_after_read_edges(kernels: dict[UOp, Kernel]) -> None:
     for u in reader.inputs:
       if u.op is not Ops.BUFFER or (writer := assign_of.get(u)) is None or writer is reader: continue
       if _depends_on(reader, writer, kernels):
-        raise ScheduleError(f"cycle detected in graph, kernel for {reader.buffer.arg} must either depend on ASSIGN or BUFFER (S59)")
+        raise ScheduleError(f"cycle detected in graph, kernel for {reader.buffer.arg} must either depend on ASSIGN or "
+                            f"BUFFER (S59)")
       if reader not in writer.readers_first: writer.readers_first.append(reader)
 
 
@@ -162,7 +164,9 @@ def order_kernels(sink: UOp, kernels: dict[UOp, Kernel]) -> list[Kernel]:
       if waiting_on[id(child)] == 0: queue.append(child)
   if len(emitted) != len(kernels):
     stuck = [k for k in traversal if waiting_on[id(k)] > 0 and k.is_assign]
-    detail = f"; these assigns each read what another overwrites: buffers {[k.buffer.arg for k in stuck]}" if stuck else ""
-    raise ScheduleError(f"cycle detected in graph, created {len(kernels)} kernels but only scheduled {len(emitted)}{detail}")
+    detail = (f"; these assigns each read what another overwrites: buffers {[k.buffer.arg for k in stuck]}" if stuck
+              else "")
+    raise ScheduleError(f"cycle detected in graph, created {len(kernels)} kernels but only scheduled "
+                        f"{len(emitted)}{detail}")
   if DEBUG >= 1 and len(emitted) >= 10: print(f"scheduled {len(emitted)} kernels")
   return emitted

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Optional
 from scheduler.helpers import all_int, dedup, prod, SPLIT_REDUCEOP, REDUCEOP_SPLIT_THRESHOLD, REDUCEOP_SPLIT_SIZE, \
   CAST_AFTER_EXPAND
-from scheduler.ops import UOp, Ops, GroupOp, UPat, PatternMatcher, graph_rewrite_map, identity_element, resolve, named_rule
+from scheduler.ops import (UOp, Ops, GroupOp, UPat, PatternMatcher, graph_rewrite_map, identity_element, resolve,
+                           named_rule)
 from scheduler.symbolic import symbolic_simple
 from scheduler.shape.shapetracker import ShapeTracker
 
@@ -134,7 +135,8 @@ def copy_to_own_device(ctx: dict, copy: UOp) -> Optional[UOp]:
 def contiguous_of_whole_buffer(ctx: dict, c: UOp) -> Optional[UOp]:
   """S23: a contiguous view covering a whole buffer already is contiguous (W9)."""
   view = c.src[0]
-  if view.op is Ops.VIEW and view.src[0].op is Ops.BUFFER and view.st.contiguous and view.size == view.src[0].size: return view
+  if view.op is Ops.VIEW and view.src[0].op is Ops.BUFFER and view.st.contiguous and view.size == view.src[0].size:
+    return view
   return None
 
 
@@ -156,8 +158,10 @@ def disk_buffer_view(ctx: dict, u: UOp) -> Optional[UOp]:
   if not source.device.startswith("DISK"): return None
   chain = source.st
   first = chain.views[0]
-  if len(chain.views) != 1 or first.mask is not None or first.strides != ShapeTracker.from_shape(first.shape).views[0].strides:
-    raise DiskViewError(f"a strided or masked view of a DISK tensor (shape {source.shape}) cannot be read from the file (D7); "
+  if (len(chain.views) != 1 or first.mask is not None
+      or first.strides != ShapeTracker.from_shape(first.shape).views[0].strides):
+    raise DiskViewError(f"a strided or masked view of a DISK tensor (shape {source.shape}) cannot be read from the "
+                        f"file (D7); "
                         "copy the whole tensor to another device first, then view it there")
   first_offset = first.offset
   return UOp(Ops.BUFFER_VIEW, u.dtype, (source.base,), (u.size, first_offset)).reshape(u.shape)

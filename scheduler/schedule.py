@@ -15,7 +15,8 @@ from scheduler.codegen.naming import kernel_kind
 from scheduler.ops import UOp, Ops, buffers
 from scheduler.sched_simplify import simplify_tensor_graph
 from scheduler.sched_grouping import decide_realizes, group_reduces
-from scheduler.sched_kernels import ScheduleError, form_kernels, tensor_map_after, add_write_after_read_edges, order_kernels
+from scheduler.sched_kernels import (ScheduleError, form_kernels, tensor_map_after, add_write_after_read_edges,
+                                     order_kernels)
 from scheduler.sched_ast import KernelAst
 
 __all__ = ["ScheduleItem", "ScheduleError", "create_schedule_with_vars"]

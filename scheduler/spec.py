@@ -61,11 +61,13 @@ def _variable(u: UOp) -> Optional[str]:
 
 def _tensor_buffer(u: UOp) -> Optional[str]:
   arg_ok = isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[1], int) and u.arg[1] >= 0
-  return _expect(arg_ok and bool(u.src) and u.src[0].op is Ops.DEVICE, "BUFFER needs a DEVICE source and (unique, size)")
+  return _expect(arg_ok and bool(u.src) and u.src[0].op is Ops.DEVICE,
+                 "BUFFER needs a DEVICE source and (unique, size)")
 
 def _tensor_view(u: UOp) -> Optional[str]:
   if not u.src: return None
-  return _expect(u.src[0].op is not Ops.STORE and u.dtype.base == u.src[0].dtype.base, "VIEW changes its source's dtype")
+  return _expect(u.src[0].op is not Ops.STORE and u.dtype.base == u.src[0].dtype.base,
+                 "VIEW changes its source's dtype")
 
 def _tensor_const(u: UOp) -> Optional[str]:
   if u.src and u.src[0].op is not Ops.VIEW: return "CONST may only have a VIEW source"
@@ -93,7 +95,8 @@ tensor_uop_spec = Spec("a tensor graph", {
   Ops.COPY: _copy,
   Ops.ASSIGN: _assign,
   Ops.REDUCE_AXIS: lambda u: _reduce(u) or _same_dtype_as_source(u),
-  Ops.CONTIGUOUS: _same_dtype_as_source, Ops.CONTIGUOUS_BACKWARD: _same_dtype_as_source, Ops.DETACH: _same_dtype_as_source,
+  Ops.CONTIGUOUS: _same_dtype_as_source, Ops.CONTIGUOUS_BACKWARD: _same_dtype_as_source,
+  Ops.DETACH: _same_dtype_as_source,
   Ops.CAST: lambda u: _expect(len(u.src) == 1, "CAST takes one source"),
   Ops.BITCAST: lambda u: _expect(len(u.src) == 1, "BITCAST takes one source"),
   **{op: _ok for op in (Ops.BUFFER_VIEW, Ops.EMPTY, Ops.SINK, Ops.KERNEL, Ops.UNIQUE)},
@@ -105,14 +108,17 @@ def _ast_sink(u: UOp) -> Optional[str]:
   return _expect(len(u.src) == 1 and u.src[0].op in GroupOp.Meta, "a kernel SINK holds STOREs or one meta op")
 
 def _ast_global(u: UOp) -> Optional[str]:
-  return _expect(isinstance(u.dtype, PtrDType) and isinstance(u.arg, int), "DEFINE_GLOBAL needs a pointer dtype and an index")
+  return _expect(isinstance(u.dtype, PtrDType) and isinstance(u.arg, int),
+                 "DEFINE_GLOBAL needs a pointer dtype and an index")
 
 def _ast_const(u: UOp) -> Optional[str]:
-  if u.src and not (len(u.src) == 1 and u.src[0].op is Ops.VIEW and not u.src[0].src): return "CONST may only sit on a bare VIEW"
+  if u.src and not (len(u.src) == 1 and u.src[0].op is Ops.VIEW and not u.src[0].src):
+    return "CONST may only sit on a bare VIEW"
   return None
 
 def _ast_valid(u: UOp) -> Optional[str]:
-  return _expect(u.dtype == dtypes.bool and len(u.src) == 1 and u.src[0].op is Ops.VIEW, "VALID is a bool over one VIEW")
+  return _expect(u.dtype == dtypes.bool and len(u.src) == 1 and u.src[0].op is Ops.VIEW,
+                 "VALID is a bool over one VIEW")
 
 # S3, S69-S72: a kernel AST stores computed values through views; tensor-level ops are gone
 ast_spec = Spec("a kernel AST", {

@@ -51,11 +51,13 @@ def _fdiv(x, y):
 _UNARY = {Ops.LOG2: _log2, Ops.EXP2: _exp2, Ops.SQRT: _sqrt, Ops.RECIP: _recip, Ops.SIN: _sin, Ops.NEG: operator.neg}
 _BINARY = {
   # arithmetic
-  Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.FDIV: _fdiv, Ops.IDIV: cdiv, Ops.MOD: cmod, Ops.MAX: max,
+  Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.FDIV: _fdiv, Ops.IDIV: cdiv, Ops.MOD: cmod,
+  Ops.MAX: max,
   # comparisons
   Ops.CMPNE: operator.ne, Ops.CMPLT: operator.lt,
   # bits
-  Ops.SHL: operator.lshift, Ops.SHR: operator.rshift, Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor,
+  Ops.SHL: operator.lshift, Ops.SHR: operator.rshift, Ops.AND: operator.and_, Ops.OR: operator.or_,
+  Ops.XOR: operator.xor,
 }
 
 
@@ -89,8 +91,10 @@ def min_max(u: UOp) -> tuple:
   if op is Ops.ADD: return src[0].vmin + src[1].vmin, src[0].vmax + src[1].vmax
   if op is Ops.SUB: return src[0].vmin - src[1].vmax, src[0].vmax - src[1].vmin
   if op is Ops.MUL:
-    vals = [a * b for a in (src[0].vmin, src[0].vmax) for b in (src[1].vmin, src[1].vmax) if not (math.isinf(a) or math.isinf(b)) or (a and b)]
-    if len(vals) == 4 and all(isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)) for v in vals):
+    vals = [a * b for a in (src[0].vmin, src[0].vmax) for b in (src[1].vmin, src[1].vmax)
+            if not (math.isinf(a) or math.isinf(b)) or (a and b)]
+    if len(vals) == 4 and all(isinstance(v, (int, float))
+                              and not (isinstance(v, float) and math.isnan(v)) for v in vals):
       return min(vals), max(vals)
   if op is Ops.MAX: return max(src[0].vmin, src[1].vmin), max(src[0].vmax, src[1].vmax)
   if op is Ops.IDIV and src[1].op is Ops.CONST and dtypes.is_int(u.dtype):
@@ -111,7 +115,8 @@ def min_max(u: UOp) -> tuple:
     if src[0].vmax < src[1].vmin or src[0].vmin > src[1].vmax: return True, True
     if src[0].vmin == src[0].vmax == src[1].vmin == src[1].vmax: return False, False
     return False, True
-  if op is Ops.AND and u.dtype == dtypes.bool: return bool(src[0].vmin and src[1].vmin), bool(src[0].vmax and src[1].vmax)
+  if op is Ops.AND and u.dtype == dtypes.bool:
+    return bool(src[0].vmin and src[1].vmin), bool(src[0].vmax and src[1].vmax)
   if op is Ops.OR and u.dtype == dtypes.bool: return bool(src[0].vmin or src[1].vmin), bool(src[0].vmax or src[1].vmax)
   if op is Ops.AND and dtypes.is_int(u.dtype) and src[1].op is Ops.CONST and src[1].arg >= 0 and src[0].vmin >= 0:
     return 0, min(src[0].vmax, src[1].arg)
@@ -121,7 +126,8 @@ def min_max(u: UOp) -> tuple:
   if op is Ops.CAST and dtypes.is_int(u.dtype) and (dtypes.is_int(src[0].dtype) or src[0].dtype == dtypes.bool):
     lo, hi = int(src[0].vmin), int(src[0].vmax)
     if dtypes.min(u.dtype) <= lo and hi <= dtypes.max(u.dtype): return lo, hi
-  if op is Ops.CAST and u.dtype == dtypes.bool: return bool(src[0].vmin) and src[0].vmin == src[0].vmax, bool(src[0].vmax or src[0].vmin)
+  if op is Ops.CAST and u.dtype == dtypes.bool:
+    return bool(src[0].vmin) and src[0].vmin == src[0].vmax, bool(src[0].vmax or src[0].vmin)
   return dtypes.min(u.dtype), dtypes.max(u.dtype)
 
 
@@ -179,7 +185,8 @@ def _fold_nested(root: UOp) -> Optional[UOp]:
   inner, outer_operand = root.src
   if inner.op is not root.op or inner.src[1] is not outer_operand: return None
   if root.op is Ops.MOD: return inner
-  if root.op is Ops.CMPNE and inner.dtype == dtypes.bool and inner.src[0].dtype == dtypes.bool and _const_value(outer_operand) is True:
+  if (root.op is Ops.CMPNE and inner.dtype == dtypes.bool and inner.src[0].dtype == dtypes.bool
+      and _const_value(outer_operand) is True):
     return inner.src[0]
   return None
 
@@ -237,13 +244,16 @@ symbolic_simple = PatternMatcher([(UPat((*GroupOp.ALU, Ops.CAST), name="root"), 
 
 
 def _fold_by_range(x: UOp):
-  if x.op in {Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL, Ops.CONST, Ops.BIND} or not (dtypes.is_int(x.dtype) or x.dtype == dtypes.bool): return None
+  if x.op in {Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL, Ops.CONST, Ops.BIND} or not (dtypes.is_int(x.dtype)
+                                                                                   or x.dtype == dtypes.bool):
+    return None
   if any(s.op in {Ops.LOAD, Ops.INDEX} for s in x.toposort): return None
   lo, hi = x.vmin, x.vmax
   return UOp.const(x.dtype, lo) if lo == hi else None
 
 
-def _split_terms(x: UOp) -> list[UOp]: return _split_terms(x.src[0]) + _split_terms(x.src[1]) if x.op is Ops.ADD else [x]
+def _split_terms(x: UOp) -> list[UOp]:
+  return _split_terms(x.src[0]) + _split_terms(x.src[1]) if x.op is Ops.ADD else [x]
 
 
 def _term_coeff(t: UOp) -> tuple[UOp, int]:
@@ -365,7 +375,8 @@ symbolic = symbolic_simple + PatternMatcher([(UPat(GroupOp.ALU, name="root"), _i
 
 # ***** rendering index expressions as text *****
 
-_infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
+_infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.AND: "&",
+          Ops.OR: "|", Ops.XOR: "^"}
 
 
 def render_expr(u: UOp) -> str:

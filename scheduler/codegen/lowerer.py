@@ -34,7 +34,8 @@ class Program:
   steps: float = math.inf                # iterations of the largest loop nest (inf when an extent is symbolic)
 
   def listing(self) -> str:
-    return "\n".join(f"{i:4d} {x.op.name:<13} {x.dtype!r:<22} {list(x.src)!s:<16} {x.arg!r}" for i, x in enumerate(self.instrs))
+    return "\n".join(f"{i:4d} {x.op.name:<13} {x.dtype!r:<22} {list(x.src)!s:<16} {x.arg!r}"
+                     for i, x in enumerate(self.instrs))
 
 
 REDUCE_UNROLL = 4  # partial accumulators in the innermost reduce loop (a power of two)
@@ -79,7 +80,8 @@ class _Lowerer:
   def index_expr(self, u: UOp) -> int:
     """Emit an already simplified integer or bool expression over RANGEs and variables."""
     if (got := self.lookup(u)) is not None: return got
-    for node in u.sources_first(lambda n: self.lookup(n) is None, lambda n: n.op in _INDEX_INNER): self._index_node(node)
+    for node in u.sources_first(lambda n: self.lookup(n) is None, lambda n: n.op in _INDEX_INNER):
+      self._index_node(node)
     return unwrap(self.lookup(u))
 
   def _index_node(self, u: UOp) -> int:
@@ -87,7 +89,8 @@ class _Lowerer:
     if u.op is Ops.CONST: ret = self.const(u.arg, u.dtype)
     elif u.op is Ops.RANGE: ret = self.range_of(u.arg)
     elif u.op is Ops.DEFINE_VAR: ret = self.variable(u)
-    elif u.op in GroupOp.ALU or u.op is Ops.CAST: ret = self.emit(u.op, u.dtype, tuple(self.index_expr(s) for s in u.src), None)
+    elif u.op in GroupOp.ALU or u.op is Ops.CAST:
+      ret = self.emit(u.op, u.dtype, tuple(self.index_expr(s) for s in u.src), None)
     else: raise LoweringError(f"{u.op} in an index expression")
     self.scopes[-1][u] = ret
     return ret
@@ -133,7 +136,8 @@ class _Lowerer:
   def value(self, u: UOp) -> int:
     if (got := self.lookup(u)) is not None: return got
     # elementwise chains emit sources first without recursion (in the order a recursive walk would emit them)
-    for node in u.sources_first(lambda n: self.lookup(n) is None, lambda n: n.op in _VALUE_INNER): self._value_node(node)
+    for node in u.sources_first(lambda n: self.lookup(n) is None, lambda n: n.op in _VALUE_INNER):
+      self._value_node(node)
     return unwrap(self.lookup(u))
 
   def _value_node(self, u: UOp) -> int:
@@ -183,7 +187,8 @@ class _Lowerer:
       return [self.in_lane(lane, lambda: self.counted(u.dtype, *counted)) for lane in lanes]
     identity = self.const(identity_element(red_op, u.dtype), u.dtype)
     inner = in_shape[loop_axes[-1]] if loop_axes else None
-    unroll = REDUCE_UNROLL if isinstance(inner, int) and inner % REDUCE_UNROLL == 0 and inner >= 2 * REDUCE_UNROLL else 1
+    unroll = REDUCE_UNROLL if isinstance(inner,
+                                         int) and inner % REDUCE_UNROLL == 0 and inner >= 2 * REDUCE_UNROLL else 1
     if len(lanes) > MAX_UNROLLED_LANES: unroll = 1
     # the innermost reduce loop keeps `unroll` independent accumulators, so consecutive adds do not wait on each other
     accs = [[self.emit(Ops.DEFINE_ACC, u.dtype, (identity,)) for _ in range(unroll)] for _ in lanes]
@@ -192,11 +197,13 @@ class _Lowerer:
       for lane, mine in zip(lanes, accs): self.in_lane(lane, lambda: self.accumulate(u, red_op, mine[0]), {})
     else:
       last = loop_axes[-1]
-      rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), self.const(inner // unroll, dtypes.int32)), last)
+      rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), self.const(inner // unroll, dtypes.int32)),
+                      last)
       base = self.emit(Ops.MUL, dtypes.int32, (rng, self.const(unroll, dtypes.int32)))
       for k in range(unroll):
         step = self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32)))
-        for lane, mine in zip(lanes, accs): self.in_lane(lane, lambda: self.accumulate(u, red_op, mine[k]), {last: step})
+        for lane, mine in zip(lanes, accs):
+          self.in_lane(lane, lambda: self.accumulate(u, red_op, mine[k]), {last: step})
       self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
     self.close_loops(opened)
     out = []
@@ -233,8 +240,10 @@ class _Lowerer:
     opened = self.open_loops([a for a in axes if a not in upcast_axes], shape)
     lane_indices: list[list[tuple[int, int]]] = [[]]
     loops = []
-    for axis, lanes in reversed(upcasts):   # the first upcast axis (unit stride) innermost: its lanes sit next to each other
-      rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), self.const(shape[axis] // lanes, dtypes.int32)), axis)
+    # the first upcast axis (unit stride) innermost: its lanes sit next to each other
+    for axis, lanes in reversed(upcasts):
+      rng = self.emit(Ops.RANGE, dtypes.int32,
+                      (self.const(0, dtypes.int32), self.const(shape[axis] // lanes, dtypes.int32)), axis)
       loops.append(rng)
       base = self.emit(Ops.MUL, dtypes.int32, (rng, self.const(lanes, dtypes.int32)))
       steps = [self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32))) for k in range(lanes)]
@@ -273,9 +282,11 @@ def upcast_choice(s: UOp, axes: list[int]) -> list[tuple[int, int]]:
   shape = s.src[1].arg.shape
   value = s.src[2].toposort
   reduces = [u for u in value if u.op is Ops.REDUCE_AXIS]
-  if not reduces or any(len(r.shape) != len(shape) or any(not _is_one(d) and d != shape[a] for a, d in enumerate(r.shape)) for r in reduces):
+  if not reduces or any(len(r.shape) != len(shape)
+                        or any(not _is_one(d) and d != shape[a] for a, d in enumerate(r.shape)) for r in reduces):
     return []
-  if any(u.op is Ops.THREEFRY for u in value) or max(_work(r.src[0].shape) for r in reduces) < UPCAST_MIN_WORK: return []
+  if any(u.op is Ops.THREEFRY for u in value) or max(_work(r.src[0].shape) for r in reduces) < UPCAST_MIN_WORK:
+    return []
   def lanes_for(axis: int, choices: tuple) -> int:
     extent = shape[axis]
     return next((n for n in choices if isinstance(extent, int) and extent % n == 0 and extent >= n), 1)
@@ -309,7 +320,8 @@ def _work(shape: tuple) -> float:
 
 def _ranges(shape: tuple) -> list[UOp]:
   """The index of each axis of a view: the loop over it (RANGE with the axis as arg), or 0 for an axis of size 1."""
-  return [UOp.const(dtypes.int32, 0) if _is_one(s) else UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), sint_to_uop(s)), i)
+  return [UOp.const(dtypes.int32, 0) if _is_one(s)
+          else UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), sint_to_uop(s)), i)
           for i, s in enumerate(shape)]
 
 
@@ -324,7 +336,8 @@ def valid_count(u: UOp, axis: int, shape: tuple) -> Optional[tuple[UOp, Any]]:
   cond, value, zero = src.src
   if cond.op is not Ops.VALID or value.op is not Ops.CONST or zero.op is not Ops.CONST or zero.arg != 0: return None
   extent = shape[axis]
-  if dtypes.is_float(u.dtype) and not (_exact_multiplier(value.arg) and isinstance(extent, int) and extent < 2 ** 24): return None
+  if dtypes.is_float(u.dtype) and not (_exact_multiplier(value.arg) and isinstance(extent, int) and extent < 2 ** 24):
+    return None
   if not (dtypes.is_int(u.dtype) or dtypes.is_float(u.dtype)): return None
   st: ShapeTracker = cond.src[0].arg
   ranges = _ranges(st.shape)
@@ -373,7 +386,8 @@ def _interval_of(valid: UOp, index: UOp, extent: UOp) -> Optional[tuple[UOp, UOp
     compare = clause.src[0] if negated else clause
     if compare.op is not Ops.CMPLT or index in compare.src[1].toposort: return None
     terms = _terms(compare.src[0])
-    if sum(1 for t in terms if t is index) != 1 or any(index in t.toposort for t in terms if t is not index): return None
+    if sum(1 for t in terms if t is index) != 1 or any(index in t.toposort for t in terms if t is not index):
+      return None
     bound = compare.src[1]
     for t in terms:
       if t is not index: bound = bound - t
@@ -403,7 +417,9 @@ def lower(ast: UOp) -> Program:
     opened = lw.open_loops(axes, out_shape)
     lw.store(s)
     lw.close_loops(opened)
-  globals_ = [(g.arg, g.dtype.base, g.dtype.size) for g in sorted({u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}, key=lambda g: g.arg)]
+  globals_ = [(g.arg, g.dtype.base,
+               g.dtype.size) for g in sorted({u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL},
+                                             key=lambda g: g.arg)]
   variables = sorted({u.arg for u in ast.toposort if u.op is Ops.DEFINE_VAR} |
                      {v.arg for u in ast.toposort if u.op is Ops.VIEW for v in u.arg.vars() if v.op is Ops.DEFINE_VAR})
   steps = max((_work(u.arg.shape) for u in ast.toposort if u.op is Ops.VIEW), default=1)

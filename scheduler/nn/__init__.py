@@ -35,9 +35,11 @@ class Linear:
 class Conv2d:
   """2-D convolution; weight of shape (out_channels, in_channels // groups, kh, kw)."""
   def __call__(self, x: Tensor) -> Tensor:
-    return x.conv2d(self.weight, self.bias, groups=self.groups, stride=self.stride, dilation=self.dilation, padding=self.padding)
+    return x.conv2d(self.weight, self.bias, groups=self.groups, stride=self.stride, dilation=self.dilation,
+                    padding=self.padding)
 
-  def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
+  def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+               bias=True):
     kh, kw = self.kernel_size = make_tuple(kernel_size, 2)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
     per_group = in_channels // groups
@@ -89,7 +91,8 @@ class LayerNorm:
 
   def __call__(self, x: Tensor) -> Tensor:
     trailing = x.shape[len(x.shape) - len(self.normalized_shape):]
-    if trailing != self.normalized_shape: raise ValueError(f"last dimensions of {x.shape} must match {self.normalized_shape}")
+    if trailing != self.normalized_shape:
+      raise ValueError(f"last dimensions of {x.shape} must match {self.normalized_shape}")
     normed = x.layernorm(axis=self.axis, eps=self.eps)
     if self.weight is None: return normed
     return normed * self.weight + self.bias
@@ -103,6 +106,7 @@ class Embedding:
 
   def __call__(self, idx: Tensor) -> Tensor:
     full = (*idx.shape, self.vocab_sz, self.embed_sz)
-    rows = Tensor.arange(self.vocab_sz, requires_grad=False, device=self.weight.device).reshape(self.vocab_sz, 1).expand(full)
+    rows = Tensor.arange(self.vocab_sz, requires_grad=False,
+                         device=self.weight.device).reshape(self.vocab_sz, 1).expand(full)
     picked = rows == idx.reshape(*idx.shape, 1, 1).expand(full)
     return picked.mul(self.weight.expand(full)).sum(-2, dtype=self.weight.dtype)

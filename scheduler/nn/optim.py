@@ -3,7 +3,8 @@ Adam and AdamW. `step()` realizes the updated parameters and the optimizer's sta
 
 Update rules (g the gradient, lr the learning rate, t the step count):
 - SGD: g += wd * w; with momentum b = mu * b + g and g = b (nesterov: g = g + mu * b); w -= lr * g.
-- AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; w -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * w).
+- AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+  w -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * w).
   Adam is AdamW without weight decay.
 """
 from __future__ import annotations
@@ -34,9 +35,12 @@ class Optimizer:
 
   def schedule_step(self) -> list[Tensor]:
     """The tensors one step writes (state, parameters, buffers), unrealized."""
-    if not Tensor.training: raise RuntimeError("Tensor.training is False; set it (or use Tensor.train()) before stepping an optimizer")
+    if not Tensor.training:
+      raise RuntimeError("Tensor.training is False; set it (or use Tensor.train()) before stepping an optimizer")
     grads = [p.grad for p in self.params]
-    if any(g is None for g in grads): raise RuntimeError(f"parameters {[i for i, g in enumerate(grads) if g is None]} have no gradient; call backward() first")
+    if any(g is None for g in grads):
+      raise RuntimeError(f"parameters {[i for i, g in enumerate(grads) if g is None]} have no gradient; call "
+                         f"backward() first")
     return [*self._update(grads), *self.params, *self.buffers]
 
   def step(self) -> None:

@@ -6,8 +6,10 @@ from typing import Any, Iterable, Optional
 from scheduler.tensor import Tensor
 from scheduler.dtype import dtypes
 
-_ST_DTYPES = {"F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16, "I64": dtypes.int64, "I32": dtypes.int32,
-              "I16": dtypes.int16, "I8": dtypes.int8, "U64": dtypes.uint64, "U32": dtypes.uint32, "U16": dtypes.uint16, "U8": dtypes.uint8,
+_ST_DTYPES = {"F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16, "I64": dtypes.int64,
+              "I32": dtypes.int32,
+              "I16": dtypes.int16, "I8": dtypes.int8, "U64": dtypes.uint64, "U32": dtypes.uint32, "U16": dtypes.uint16,
+              "U8": dtypes.uint8,
               "BOOL": dtypes.bool}
 _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
 
@@ -40,10 +42,12 @@ def get_parameters(obj: Any) -> list[Tensor]: return list(get_state_dict(obj).va
 
 def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True) -> None:
   model_state = get_state_dict(model)
-  if strict and (missing := sorted(set(model_state) - set(state_dict))): raise KeyError(f"state dict is missing {missing}")
+  if strict and (missing := sorted(set(model_state) - set(state_dict))):
+    raise KeyError(f"state dict is missing {missing}")
   for k, v in model_state.items():
     if k not in state_dict: continue
-    if v.shape != state_dict[k].shape: raise ValueError(f"shape mismatch for {k}: model {v.shape} vs state dict {state_dict[k].shape}")
+    if v.shape != state_dict[k].shape:
+      raise ValueError(f"shape mismatch for {k}: model {v.shape} vs state dict {state_dict[k].shape}")
     v.replace(state_dict[k].to(v.device).cast(v.dtype).contiguous()).realize()
 
 

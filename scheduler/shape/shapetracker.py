@@ -78,7 +78,8 @@ class ShapeTracker:
     """Per axis, how far one step moves in the buffer: an int, or None when it is not a plain stride (an axis
     the index uses non-linearly, or one the validity depends on unless `ignore_valid`)."""
     if len(self.views) == 1 and self.views[0].mask is None: return self.views[0].strides
-    axes = [UOp.variable(f"axis{i}", 0, (extent - 1) if isinstance(extent, int) else 1 << 30) for i, extent in enumerate(self.shape)]
+    axes = [UOp.variable(f"axis{i}", 0, (extent - 1) if isinstance(extent, int)
+                         else 1 << 30) for i, extent in enumerate(self.shape)]
     position, valid = self.to_indexed_uops(axes)
     axis_of = {v: i for i, v in enumerate(axes)}
     strides: list = [0] * len(axes)

@@ -72,7 +72,8 @@ def _split_run(run: _Run, dims: list) -> Optional[tuple[list, list]]:
     strides.append(step)
     step = step * extent
     if lo % extent == 0 and hi % extent == 0: masks.append((0, extent)); lo, hi = lo // extent, hi // extent
-    elif lo // extent == (hi - 1) // extent: masks.append((lo % extent, (hi - 1) % extent + 1)); lo, hi = lo // extent, lo // extent + 1
+    elif lo // extent == (hi - 1) // extent:
+      masks.append((lo % extent, (hi - 1) % extent + 1)); lo, hi = lo // extent, lo // extent + 1
     else: return None
   return strides[::-1], masks[::-1]
 
@@ -81,7 +82,8 @@ def _fold_mask(shape: tuple, strides: tuple, offset, mask: tuple) -> tuple:
   """(strides, offset, mask) with the mask canonical: None if it keeps all, all-(0, 0) if it keeps nothing,
   and each axis that keeps one element read at a fixed position (stride 0, its position in the offset)."""
   if all(valid == (0, extent) for extent, valid in zip(shape, mask)): return strides, offset, None
-  if any(resolve(end <= begin, False) for begin, end in mask): return tuple(0 for _ in shape), 0, tuple((0, 0) for _ in shape)
+  if any(resolve(end <= begin, False) for begin, end in mask):
+    return tuple(0 for _ in shape), 0, tuple((0, 0) for _ in shape)
   folded = list(strides)
   for axis, (begin, end) in enumerate(mask):
     if resolve(begin + 1 < end): continue
@@ -92,7 +94,8 @@ def _fold_mask(shape: tuple, strides: tuple, offset, mask: tuple) -> tuple:
 def _check_reshape(old: tuple, new: tuple) -> None:
   bad = [s for s in new if not isinstance(s, UOp) and not (isinstance(s, int) and s >= 0)]
   if bad: raise ValueError(f"shape must be non-negative ints or variables, got {new}")
-  if all_int(old) and all_int(new) and prod(old) != prod(new): raise ValueError(f"size mismatched, can't reshape {old} -> {new}")
+  if all_int(old) and all_int(new) and prod(old) != prod(new):
+    raise ValueError(f"size mismatched, can't reshape {old} -> {new}")
 
 
 @dataclass(frozen=True)
@@ -103,20 +106,23 @@ class View:
   mask: Optional[tuple]
   contiguous: bool
 
-  def __reduce__(self): return RECONSTRUCTORS["view"], (self.shape, self.strides, self.offset, self.mask, self.contiguous)
+  def __reduce__(self):
+    return RECONSTRUCTORS["view"], (self.shape, self.strides, self.offset, self.mask, self.contiguous)
 
   def stable_repr(self) -> str:
-    return f"View({_stable_repr(self.shape)},{_stable_repr(self.strides)},{_stable_repr(self.offset)},{_stable_repr(self.mask)})"
+    return "View(" + ",".join(_stable_repr(x) for x in (self.shape, self.strides, self.offset, self.mask)) + ")"
 
   @staticmethod
   @functools.cache
   def create(shape: tuple, strides: Optional[tuple] = None, offset=0, mask: Optional[tuple] = None) -> View:
     """The canonical view: strides 0 on extent-1 axes, no mask when it covers everything, an empty mask when it
     covers nothing, and axes whose mask keeps one element folded into the offset."""
-    if any(isinstance(extent, int) and extent < 0 for extent in shape): raise ValueError(f"shape can't contain negative numbers {shape}")
+    if any(isinstance(extent, int) and extent < 0 for extent in shape):
+      raise ValueError(f"shape can't contain negative numbers {shape}")
     shape = tuple(extent.ssimplify() if isinstance(extent, UOp) else extent for extent in shape)
     if 0 in shape: return View(shape, tuple(0 for _ in shape), 0, None, True)
-    strides = tuple(0 if _is_one(extent) else stride for extent, stride in zip(shape, strides)) if strides else strides_for_shape(shape)
+    strides = tuple(0 if _is_one(extent)
+                    else stride for extent, stride in zip(shape, strides)) if strides else strides_for_shape(shape)
     if mask is not None: strides, offset, mask = _fold_mask(shape, strides, offset, mask)
     if isinstance(offset, UOp): offset = offset.ssimplify()
     is_contiguous = mask is None and offset == 0 and strides == strides_for_shape(shape)
@@ -166,7 +172,8 @@ class View:
       valid_part = top.shrink(top.mask)
       core = self + valid_part if valid_part != top else None
       return core.pad(around) if core is not None else None
-    if not (all_int(top.shape) and all_int(self.shape) and all_int(top.strides) and isinstance(top.offset, int)): return None
+    if not (all_int(top.shape) and all_int(self.shape) and all_int(top.strides) and isinstance(top.offset, int)):
+      return None
     if (composed := self._compose(top)) is not None: return composed
     merged = self.reshape(self._merged_shape()) if self.mask is None else None
     return merged._compose(top) if merged is not None and merged.shape != self.shape else None
@@ -175,7 +182,8 @@ class View:
     """`top` (unmasked, integer) over this view, when every digit of this view's index moves linearly with
     top's index (no carries): then each top axis has one stride in memory."""
     origin = unravel(self.shape, top.offset)
-    moves = [[a - b for a, b in zip(unravel(self.shape, top.offset + stride), origin)] if stride else [0] * len(self.shape)
+    moves = [[a - b for a, b in zip(unravel(self.shape, top.offset + stride), origin)] if stride
+             else [0] * len(self.shape)
              for stride in top.strides]
     low, high = list(origin), list(origin)
     for extent, move in zip(top.shape, moves):
@@ -230,24 +238,28 @@ class View:
 
   def pad(self, arg: tuple) -> View:
     if len(arg) != len(self.shape): raise ValueError(f"invalid pad {arg} for {self.shape}")
-    if any(resolve(b < 0, False) or resolve(e < 0, False) for b, e in arg): raise ValueError(f"pad must be non-negative, got {arg}")
+    if any(resolve(b < 0, False) or resolve(e < 0, False) for b, e in arg):
+      raise ValueError(f"pad must be non-negative, got {arg}")
     if not any(resolve(b != 0) or resolve(e != 0) for b, e in arg): return self
     bounds = tuple((-before, extent + after) for extent, (before, after) in zip(self.shape, arg))
     valid = tuple((before, extent + before) for extent, (before, _) in zip(self.shape, arg))
     return self._window(bounds, valid)
 
   def shrink(self, arg: tuple) -> View:
-    if len(arg) != len(self.shape) or not all(resolve(0 <= b) and resolve(b <= e) and resolve(e <= s) for s, (b, e) in zip(self.shape, arg)):
+    if len(arg) != len(self.shape) or not all(resolve(0 <= b) and resolve(b <= e)
+                                              and resolve(e <= s) for s, (b, e) in zip(self.shape, arg)):
       raise ValueError(f"invalid shrink {arg} for {self.shape}")
     return self._window(arg)
 
   def expand(self, new_shape: tuple) -> View:
-    if len(new_shape) != len(self.shape): raise ValueError(f"expand arg {new_shape} must have the same number of dims as {self.shape}")
+    if len(new_shape) != len(self.shape):
+      raise ValueError(f"expand arg {new_shape} must have the same number of dims as {self.shape}")
     if 0 in self.shape:
       if not all((s == x == 0) or (s > 0 and x % s == 0) for s, x in zip(self.shape, new_shape)):
         raise ValueError(f"can't expand {self.shape} into {new_shape}")
       return View.create(new_shape)
-    if not all(s == 1 or resolve(s == x, False) for s, x in zip(self.shape, new_shape)): raise ValueError(f"can't expand {self.shape} into {new_shape}")
+    if not all(s == 1 or resolve(s == x, False) for s, x in zip(self.shape, new_shape)):
+      raise ValueError(f"can't expand {self.shape} into {new_shape}")
     mask = self.mask
     if mask is not None:   # a broadcast axis is valid everywhere or nowhere
       mask = tuple(valid if not resolve(old != new, False) else ((0, new) if valid == (0, 1) else (0, 0))
@@ -255,7 +267,8 @@ class View:
     return View.create(new_shape, self.strides, self.offset, mask)
 
   def permute(self, axis: tuple) -> View:
-    if sorted(axis) != list(range(len(self.shape))): raise ValueError(f"invalid permutation {axis} of len {len(self.shape)}")
+    if sorted(axis) != list(range(len(self.shape))):
+      raise ValueError(f"invalid permutation {axis} of len {len(self.shape)}")
     def pick(values): return None if values is None else tuple(values[a] for a in axis)
     return View.create(pick(self.shape), pick(self.strides), self.offset, pick(self.mask))
 
@@ -282,9 +295,12 @@ class View:
 
   def _bind_symbolic_shape(self, new_shape: tuple) -> View:
     """A concrete view renamed to the same shape written with bound variables."""
-    if len(new_shape) != len(self.shape): raise ValueError(f"cannot symbolic reshape non-contiguous {self.shape} -> {new_shape}")
+    if len(new_shape) != len(self.shape):
+      raise ValueError(f"cannot symbolic reshape non-contiguous {self.shape} -> {new_shape}")
     for concrete, symbolic in zip(self.shape, new_shape):
-      value = symbolic if isinstance(symbolic, int) else sym_infer(symbolic, dict(v.unbind() for v in symbolic.vars() if v.op is Ops.BIND))
+      value = symbolic if isinstance(symbolic, int) else sym_infer(symbolic,
+                                                                   dict(v.unbind() for v in symbolic.vars()
+                                                                        if v.op is Ops.BIND))
       if concrete != value: raise ValueError(f"cannot symbolic reshape non-contiguous {self.shape} -> {new_shape}")
     return View(new_shape, self.strides, self.offset, self.mask, self.contiguous)
 

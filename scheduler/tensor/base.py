@@ -11,9 +11,11 @@ from typing import Callable, Optional
 import numpy as np
 from scheduler import hooks
 from scheduler.device import Device
-from scheduler.dtype import DType, dtypes, ConstType, least_upper_dtype, to_dtype, from_np_dtype, to_np_dtype, truncate_const
+from scheduler.dtype import (DType, dtypes, ConstType, least_upper_dtype, to_dtype, from_np_dtype, to_np_dtype,
+                             truncate_const)
 from scheduler.gradient import compute_gradient
-from scheduler.helpers import all_int, all_same, fully_flatten, prod, Context, Metadata, TRACEMETA, CAPTURE_PROCESS_REPLAY
+from scheduler.helpers import (all_int, all_same, fully_flatten, prod, Context, Metadata, TRACEMETA,
+                               CAPTURE_PROCESS_REPLAY)
 from scheduler.ops import UOp, Ops, resolve, smax, all_metadata
 
 # every live tensor, so that scheduling can point them at the buffers their values now live in (S56)
@@ -64,12 +66,15 @@ def apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
 def _describe(t: TensorBase) -> str:
   """A tensor as a report names it: dtype, shape, the tensor function that made it, and where the program made it."""
   made_by = all_metadata.get(t.lazydata)
-  return f"{t.dtype.name}{list(t.shape)}" + (f" {made_by}" if made_by is not None else "") + (f" from {origin}" if (origin := getattr(t, "_origin", None)) else "")
+  return f"{t.dtype.name}{list(t.shape)}" + (f" {made_by}" if made_by is not None
+                                             else "") + (f" from {origin}" if (origin := getattr(t, "_origin", None))
+                                                         else "")
 
 
 def nested_shape(data) -> tuple:
   """The shape of nested python lists (numpy scalars and 0-d arrays are scalars)."""
-  if isinstance(data, str) or not (hasattr(data, "__len__") and hasattr(data, "__getitem__")) or getattr(data, "shape", None) == ():
+  if isinstance(data, str) or not (hasattr(data, "__len__")
+                                   and hasattr(data, "__getitem__")) or getattr(data, "shape", None) == ():
     return ()
   inner = [nested_shape(item) for item in data]
   if not all_same(inner): raise ValueError(f"inhomogeneous shape from {data}")
@@ -126,7 +131,8 @@ class TensorBase:
   training: bool = False
   no_grad: bool = False
 
-  def __init__(self, data: ConstType | UOp | bytes | list | tuple | np.ndarray | pathlib.Path | None, device: Optional[str] = None,
+  def __init__(self, data: ConstType | UOp | bytes | list | tuple | np.ndarray | pathlib.Path | None,
+               device: Optional[str] = None,
                dtype: Optional[DType | str] = None, requires_grad: Optional[bool] = None):
     dtype = to_dtype(dtype) if dtype is not None else None
     if device is None and isinstance(data, pathlib.Path): device = f"DISK:{data.resolve()}"
@@ -215,7 +221,8 @@ class TensorBase:
   def _broadcast_to(self, shape: tuple) -> TensorBase:
     """Expand to `shape` after adding leading axes of extent 1."""
     if shape == self.shape: return self
-    if len(shape) < self.ndim: raise ValueError(f"cannot broadcast tensor to fewer dimensions. shape={self.shape} to new_shape={shape}")
+    if len(shape) < self.ndim:
+      raise ValueError(f"cannot broadcast tensor to fewer dimensions. shape={self.shape} to new_shape={shape}")
     with_ones = left_pad_shapes(self.shape, shape)[0]
     for old, new in zip(with_ones, shape):
       if old != 1 and not resolve(old == new, False): raise ValueError(f"cannot broadcast {self.shape} to {shape}")
@@ -262,7 +269,8 @@ class TensorBase:
       return self
     if not isinstance(x, TensorBase): x = type(self)(x, device=self.device, dtype=self.dtype)
     if x.lazydata is self.lazydata: return self
-    for what, mine, theirs in (("shape", self.shape, x.shape), ("device", self.device, x.device), ("dtype", self.dtype, x.dtype)):
+    for what, mine, theirs in (("shape", self.shape, x.shape), ("device", self.device, x.device),
+                               ("dtype", self.dtype, x.dtype)):
       if mine != theirs: raise ValueError(f"assign {what} mismatch {mine} != {theirs}")
     if x.requires_grad: raise ValueError("cannot assign a tensor that requires grad")
     if self.lazydata.is_realized: self.lazydata = self.lazydata.assign(x.lazydata)
@@ -285,8 +293,11 @@ class TensorBase:
     schedule (an empty one would still run the scheduler, and be captured, for every value read back)."""
     u = self.lazydata
     base = u.base
-    if self.device not in ("CPU", "PYTHON", "NPY") or base.op is not Ops.BUFFER or base.realized is None or u.dtype != base.dtype: return None
-    if u is not base and not (u.st.contiguous and u.size == base.size): return None   # a chain of views or movements of it
+    if self.device not in ("CPU", "PYTHON",
+                           "NPY") or base.op is not Ops.BUFFER or base.realized is None or u.dtype != base.dtype:
+      return None
+    if u is not base and not (u.st.contiguous and u.size == base.size):
+      return None   # a chain of views or movements of it
     return base.realized
 
   def tolist(self): return self.numpy().tolist()
@@ -302,7 +313,8 @@ class TensorBase:
     return self._carry_grad(type(self)(self.lazydata, target, requires_grad=self.requires_grad), lambda g: g.to(target))
 
   def clone(self) -> TensorBase:
-    return self._carry_grad(type(self)(self.lazydata.clone(), self.device, requires_grad=self.requires_grad), lambda g: g.clone())
+    return self._carry_grad(type(self)(self.lazydata.clone(), self.device, requires_grad=self.requires_grad),
+                            lambda g: g.clone())
 
   def _carry_grad(self, new: TensorBase, convert) -> TensorBase:
     if self.grad is not None: new.grad = convert(self.grad)
@@ -314,9 +326,11 @@ class TensorBase:
 
   # ***** autograd *****
 
-  def gradient(self, *targets: TensorBase, gradient: Optional[TensorBase] = None, materialize_grads=False) -> list[TensorBase]:
+  def gradient(self, *targets: TensorBase, gradient: Optional[TensorBase] = None,
+               materialize_grads=False) -> list[TensorBase]:
     """d self / d target for each target; self must be a scalar unless `gradient` (d loss / d self) is given."""
-    if gradient is None and self.shape != (): raise RuntimeError("when no gradient is provided, backward must be called on a scalar tensor")
+    if gradient is None and self.shape != ():
+      raise RuntimeError("when no gradient is provided, backward must be called on a scalar tensor")
     seed = gradient.lazydata if gradient is not None else UOp.const(self.dtype, 1.0, self.device, ())
     wanted = [t.lazydata for t in targets]
     grads = compute_gradient(self.lazydata, seed, set(wanted))
@@ -324,7 +338,8 @@ class TensorBase:
     for t, u in zip(targets, wanted):
       g = grads.get(u)
       if g is None:
-        if not materialize_grads: raise RuntimeError(f"a target of gradient() is not in the graph of this tensor: {u.op} {u.shape}")
+        if not materialize_grads:
+          raise RuntimeError(f"a target of gradient() is not in the graph of this tensor: {u.op} {u.shape}")
         g = u.const_like(0)
       out.append(type(self)(g, device=t.device))
     return out
@@ -348,5 +363,6 @@ def _read_back(tensors: list) -> list[np.ndarray]:
       u = t.lazydata
       whole_buffer = u.base.op is Ops.BUFFER and u.st is not None and u.st.contiguous and u.size == u.base.size
       # the usual case, a whole contiguous buffer, is read directly instead of scheduling a copy
-      values.append(u.base.buffer.numpy().reshape(t.shape) if whole_buffer and u.base.realized is not None else t.numpy())
+      values.append(u.base.buffer.numpy().reshape(t.shape) if whole_buffer and u.base.realized is not None
+                    else t.numpy())
   return values

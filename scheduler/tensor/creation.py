@@ -45,7 +45,8 @@ class Creation:
   @classmethod
   def full(cls, shape: tuple, fill_value, **kwargs):
     shape = argfix(shape)
-    if any(not (isinstance(s, UOp) or (isinstance(s, int) and s >= 0)) for s in shape): raise ValueError(f"invalid shape {shape}")
+    if any(not (isinstance(s, UOp) or (isinstance(s, int) and s >= 0)) for s in shape):
+      raise ValueError(f"invalid shape {shape}")
     return cls(fill_value, **kwargs).reshape(tuple(1 for _ in shape)).expand(shape)
 
   @classmethod
@@ -161,7 +162,8 @@ class Creation:
 
   @classmethod
   def randint(cls, *shape, low=0, high=10, **kwargs):
-    if not (isinstance(low, int) and isinstance(high, int)): raise TypeError(f"low={low} and high={high} must be integers")
+    if not (isinstance(low, int) and isinstance(high, int)):
+      raise TypeError(f"low={low} and high={high} must be integers")
     out_dtype = to_dtype(kwargs.pop("dtype", dtypes.int32))
     if not dtypes.is_int(out_dtype): raise TypeError(f"dtype={out_dtype} must be int")
     return cls.uniform(*shape, low=low, high=high, dtype=out_dtype, **kwargs)

@@ -136,7 +136,8 @@ class Elementwise:
 
   def div(self, x, reverse=False, rounding_mode=None):
     """True division in float; rounding_mode 'trunc' or 'floor' rounds and keeps an int numerator's dtype."""
-    if rounding_mode not in (None, "trunc", "floor"): raise RuntimeError(f"rounding_mode={rounding_mode!r} is not supported")
+    if rounding_mode not in (None, "trunc", "floor"):
+      raise RuntimeError(f"rounding_mode={rounding_mode!r} is not supported")
     top, bottom = self._broadcasted(x, reverse)
     def as_float(t): return t.cast(least_upper_float(t.dtype))
     quotient = as_float(top) * as_float(bottom).reciprocal()
@@ -157,7 +158,8 @@ class Elementwise:
     return self ^ -1
 
   def _check_shift(self, x) -> None:
-    if not dtypes.is_unsigned(self.dtype) or not isinstance(x, int) or x < 0: raise RuntimeError(f"not supported self.dtype={self.dtype} x={x}")
+    if not dtypes.is_unsigned(self.dtype) or not isinstance(x, int) or x < 0:
+      raise RuntimeError(f"not supported self.dtype={self.dtype} x={x}")
   def lshift(self, x: int):
     self._check_shift(x)
     return self.mul(2 ** x)
@@ -243,7 +245,8 @@ class Elementwise:
     if self.requires_grad: raise RuntimeError("can't backprop through bitcast")
     new, old = target.itemsize, self.dtype.itemsize
     if new != old and (not self.shape or (self.shape[-1] * old) % new != 0):
-      raise RuntimeError(f"cannot bitcast {self.dtype}{list(self.shape)} to {target}: the last axis is not a whole number of {target}")
+      raise RuntimeError(f"cannot bitcast {self.dtype}{list(self.shape)} to {target}: the last axis is not a whole "
+                         f"number of {target}")
     if new != old and not self.device.startswith("DISK"):
       words = self.bitcast(_UINT_OF_SIZE[old])
       if new > old:
@@ -329,7 +332,8 @@ def _gelu(x):
 
 # arcsine on [0, 1] as pi/2 - sqrt(1 - x) * p(x), the degree-7 polynomial of Abramowitz and Stegun 4.4.46 (|error| <=
 # 2e-8): float32 exact to a few ulp without an arcsine instruction
-_ASIN_COEFFS = (1.5707963050, -0.2145988016, 0.0889789874, -0.0501743046, 0.0308918810, -0.0170881256, 0.0066700901, -0.0012624911)
+_ASIN_COEFFS = (1.5707963050, -0.2145988016, 0.0889789874, -0.0501743046, 0.0308918810, -0.0170881256, 0.0066700901,
+                -0.0012624911)
 
 
 def _asin(x):
@@ -386,7 +390,8 @@ _COMPOSED = {
 for _name, _definition in _COMPOSED.items(): setattr(Elementwise, _name, _definition)
 
 # binary ops that are one ALU op after broadcasting: name -> op (reverse=True puts the tensor on the right)
-_ONE_OP = {"add": Ops.ADD, "mul": Ops.MUL, "idiv": Ops.IDIV, "xor": Ops.XOR, "bitwise_and": Ops.AND, "bitwise_or": Ops.OR}
+_ONE_OP = {"add": Ops.ADD, "mul": Ops.MUL, "idiv": Ops.IDIV, "xor": Ops.XOR, "bitwise_and": Ops.AND,
+           "bitwise_or": Ops.OR}
 
 
 _BITWISE = (Ops.XOR, Ops.AND, Ops.OR)
@@ -396,7 +401,8 @@ def _one_op(op: Ops):
   def method(self, x, reverse=False):
     out = self._binop(op, x, reverse)
     # after promotion: a float on either side makes the operation float, which has no bits to combine
-    if op in _BITWISE and not (dtypes.is_int(out.dtype) or out.dtype == dtypes.bool): raise RuntimeError(f"{out.dtype} is not supported")
+    if op in _BITWISE and not (dtypes.is_int(out.dtype) or out.dtype == dtypes.bool):
+      raise RuntimeError(f"{out.dtype} is not supported")
     return out
   return method
 
@@ -406,7 +412,8 @@ Elementwise.maximum = lambda self, x: self._binop(Ops.MAX, x)
 Elementwise.ne = lambda self, x: self._binop(Ops.CMPNE, x)
 
 # python operators: name -> method, and whether the tensor is the right operand
-_OPERATORS = {"add": "add", "sub": "sub", "mul": "mul", "pow": "pow", "truediv": "div", "floordiv": "idiv", "mod": "mod",
+_OPERATORS = {"add": "add", "sub": "sub", "mul": "mul", "pow": "pow", "truediv": "div", "floordiv": "idiv",
+              "mod": "mod",
               "and": "bitwise_and", "or": "bitwise_or", "xor": "xor"}
 
 
@@ -428,7 +435,8 @@ def _in_place(method: str):
 for _name, _method in _OPERATORS.items():
   setattr(Elementwise, f"__{_name}__", _forward(_method))
   setattr(Elementwise, f"__r{_name}__", _reflected(_method))
-for _name in ("add", "sub", "mul", "truediv", "pow"): setattr(Elementwise, f"__i{_name}__", _in_place(_OPERATORS[_name]))
+for _name in ("add", "sub", "mul", "truediv", "pow"):
+  setattr(Elementwise, f"__i{_name}__", _in_place(_OPERATORS[_name]))
 Elementwise.__neg__ = lambda self: self.neg()
 Elementwise.__invert__ = lambda self: self.bitwise_not()
 Elementwise.__lshift__ = _forward("lshift")

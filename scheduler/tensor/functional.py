@@ -31,7 +31,8 @@ class Functional:
     """self == arange(num_classes) laid along `dim` (self broadcasts over it)."""
     self._require_int(f"_one_hot_along_dim expects int index tensor, getting {self.dtype}")
     after = self.ndim - 1 - self._resolve_dim(dim)
-    labels = type(self).arange(num_classes, device=self.device, requires_grad=False).reshape(num_classes, *([1] * after))
+    labels = type(self).arange(num_classes, device=self.device,
+                               requires_grad=False).reshape(num_classes, *([1] * after))
     return self == labels
 
   def dropout(self, p=0.5):
@@ -42,12 +43,15 @@ class Functional:
     draws = type(self).rand_like(self, requires_grad=False, dtype=dtypes.default_float, contiguous=False)
     return (draws >= p).contiguous().where(self, 0) / (1.0 - p)
 
-  def scaled_dot_product_attention(self, key, value, attn_mask: Optional = None, dropout_p: float = 0.0, is_causal: bool = False):
+  def scaled_dot_product_attention(self, key, value, attn_mask: Optional = None, dropout_p: float = 0.0,
+                                   is_causal: bool = False):
     """softmax(q k^T / sqrt(d) + mask) v; a bool mask (or is_causal) keeps where True."""
-    if is_causal and attn_mask is not None: raise RuntimeError("is_causal=True builds its own mask: give attn_mask or is_causal, not both")
+    if is_causal and attn_mask is not None:
+      raise RuntimeError("is_causal=True builds its own mask: give attn_mask or is_causal, not both")
     score_dtype = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
     scores = self.matmul(key.transpose(-2, -1), dtype=score_dtype) / math.sqrt(self.shape[-1])
-    if is_causal: attn_mask = scores._band_mask(0, lower=True)   # the same values as ones(rows, cols).tril(), as a constant
+    if is_causal:
+      attn_mask = scores._band_mask(0, lower=True)   # the same values as ones(rows, cols).tril(), as a constant
     if attn_mask is not None:
       # a bool mask is broadcast before it becomes -inf/0, so that nothing smaller than the scores is computed and
       # expanded (which would realize it, S39): a causal mask then costs no kernel of its own

@@ -58,7 +58,8 @@ class Movement:
     return self._apply_uop(UOp.permute, arg=axes)
 
   def shrink(self, arg: tuple):
-    if len(arg) != self.ndim: raise ValueError(f"shrink needs one (start, end) or None per axis, got {arg} for shape {self.shape}")
+    if len(arg) != self.ndim:
+      raise ValueError(f"shrink needs one (start, end) or None per axis, got {arg} for shape {self.shape}")
     bounds = tuple((0, extent) if b is None else tuple(b) for b, extent in zip(arg, self.shape))
     if all(b == (0, extent) for b, extent in zip(bounds, self.shape)): return self
     return self._apply_uop(UOp.shrink, arg=bounds)
@@ -67,7 +68,8 @@ class Movement:
     """Pad with `value` ("constant"), or with the tensor mirrored without its edge ("reflect"), its edge repeated
     ("replicate"), or wrapped around ("circular"); padding is ((before, after) or None per axis) or flat (last axis
     first, torch style). Negative amounts cut instead."""
-    if mode not in PAD_MODES: raise NotImplementedError(f"pad mode {mode!r} is not supported (one of {', '.join(PAD_MODES)})")
+    if mode not in PAD_MODES:
+      raise NotImplementedError(f"pad mode {mode!r} is not supported (one of {', '.join(PAD_MODES)})")
     if all(isinstance(p, (int, UOp)) for p in padding):
       if len(padding) % 2: raise ValueError("flat padding must have an even number of pads")
       flat = [*padding, *([0] * (2 * self.ndim - len(padding)))]
@@ -90,7 +92,8 @@ class Movement:
     """Pads made of the tensor's own elements, axis by axis, from shrinks, flips and cat (no kernel of their own)."""
     x = self
     for axis, (before, after) in enumerate(pairs):
-      if not (isinstance(before, int) and isinstance(after, int)): raise ValueError(f"pad mode {mode!r} needs integer pads")
+      if not (isinstance(before, int) and isinstance(after, int)):
+        raise ValueError(f"pad mode {mode!r} needs integer pads")
       n = x.shape[axis]
       if before < 0 or after < 0:
         x = x.shrink(tuple((max(-before, 0), n - max(-after, 0)) if a == axis else None for a in range(x.ndim)))
@@ -120,12 +123,15 @@ class Movement:
     realized tensor is written in place at once (slices and ints through a view of its buffer, tensor indices and
     strides through a mask over the whole tensor); an unrealized one becomes the updated value."""
     if self.requires_grad: raise NotImplementedError("setitem with requires_grad is not supported")
-    if not isinstance(v, (TensorBase, int, float, bool)): raise TypeError(f"can't set a {type(v).__name__} into a Tensor")
+    if not isinstance(v, (TensorBase, int, float, bool)):
+      raise TypeError(f"can't set a {type(v).__name__} into a Tensor")
     region_shape = self[indices].shape
-    value = (v if isinstance(v, TensorBase) else type(self)(v, device=self.device, dtype=self.dtype, requires_grad=False))
+    value = (v if isinstance(v, TensorBase)
+             else type(self)(v, device=self.device, dtype=self.dtype, requires_grad=False))
     value = value.cast(self.dtype).expand(region_shape) if value.shape != region_shape else value.cast(self.dtype)
     items = [i for i in (indices if isinstance(indices, tuple) else (indices,))]
-    plain = all(i is None or i is Ellipsis or isinstance(i, int) or (isinstance(i, slice) and i.step in (None, 1)) for i in items)
+    plain = all(i is None or i is Ellipsis or isinstance(i, int)
+                or (isinstance(i, slice) and i.step in (None, 1)) for i in items)
     if plain and self.lazydata.is_realized and self.lazydata.base is self.lazydata:
       self[indices].assign(value.contiguous() if value.lazydata.base is self.lazydata.base else value).realize()
       return
@@ -167,7 +173,8 @@ class Movement:
         by_tensor.append((axis, item))
         bounds.append((0, extent)); flips.append(False); steps.append(1)
       elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-        if not -extent <= int(item) < extent: raise IndexError(f"index {int(item)} is out of bounds for dimension {axis} with size {extent}")
+        if not -extent <= int(item) < extent:
+          raise IndexError(f"index {int(item)} is out of bounds for dimension {axis} with size {extent}")
         start = int(item) % extent
         bounds.append((start, start + 1)); flips.append(False); steps.append(1)
         dropped.append(axis)
@@ -206,7 +213,8 @@ class Movement:
   def _gather_by_tensors(self, axes: list, index_tensors: list):
     """Advanced indexing: each (axis, int tensor) pair picks positions; numpy's placement rules."""
     first = axes[0]
-    wrapped = [(t < 0).where(t + self.shape[a], t) for a, t in zip(axes, index_tensors)]   # negative counts from the end
+    # negative counts from the end
+    wrapped = [(t < 0).where(t + self.shape[a], t) for a, t in zip(axes, index_tensors)]
     index_shape = broadcast_shape(*(t.shape for t in wrapped))
     full = (*self.shape[:first], *index_shape, *self.shape[first:])
     mask = None
@@ -224,7 +232,8 @@ class Movement:
 
   def gather(self, dim: int, index):
     """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim`, by a one-hot mask summed away."""
-    if index.ndim != self.ndim: raise ValueError(f"self.ndim must equal index.ndim, self.ndim={self.ndim}, index.ndim={index.ndim}")
+    if index.ndim != self.ndim:
+      raise ValueError(f"self.ndim must equal index.ndim, self.ndim={self.ndim}, index.ndim={index.ndim}")
     dim = self._resolve_dim(dim)
     for d, (have, want) in enumerate(zip(self.shape, index.shape)):
       if d != dim and have < want: raise RuntimeError("requires self.shape[d] >= index.shape[d] for all d != dim")
@@ -265,7 +274,8 @@ class Movement:
     shape[axis] = out
     # integers blend in float32 and round back (a uint8 weight would be 0, and above - below could wrap)
     x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.float32)
-    weight = type(self)(source - low, dtype=x.dtype, device=self.device, requires_grad=False).reshape(shape)   # float64 exact
+    # float64 exact
+    weight = type(self)(source - low, dtype=x.dtype, device=self.device, requires_grad=False).reshape(shape)
     below, above = x._take(axis, low), x._take(axis, high)
     blended = below + (above - below) * weight
     return blended if x is self else blended.round().cast(self.dtype)
@@ -287,7 +297,8 @@ class Movement:
     if axis >= self.ndim: raise IndexError(f"dim={dim} out of range for {self.ndim} axes")
     others_shapes = [t.shape[:axis] + t.shape[axis + 1:] if t.ndim == self.ndim else None for t in others]
     for t, rest in zip(others, others_shapes):
-      if rest != self.shape[:axis] + self.shape[axis + 1:]: raise ValueError(f"cannot cat {self.shape} with {t.shape} along dim {axis}")
+      if rest != self.shape[:axis] + self.shape[axis + 1:]:
+        raise ValueError(f"cannot cat {self.shape} with {t.shape} along dim {axis}")
     dim = axis
     parts, total, offset, out = [self, *others], sum(t.shape[dim] for t in (self, *others)), 0, None
     for t in parts:

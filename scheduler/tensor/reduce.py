@@ -18,7 +18,8 @@ class _Windows:
   are given as one item (or a tuple of items, for axes that were split) per pooled axis."""
   def __init__(self, x, lead: int): self.x, self.lead = x, lead
 
-  def _flat(self, per_axis: list) -> list: return [part for item in per_axis for part in (item if isinstance(item[0], tuple) else (item,))]
+  def _flat(self, per_axis: list) -> list:
+    return [part for item in per_axis for part in (item if isinstance(item[0], tuple) else (item,))]
 
   def pad(self, per_axis: list) -> None: self.x = self.x.pad(tuple([None] * self.lead + per_axis))
   def shrink(self, per_axis: list) -> None: self.x = self.x.shrink(tuple([None] * self.lead + self._flat(per_axis)))
@@ -26,7 +27,8 @@ class _Windows:
     self.x = self.x.reshape(tuple(self.x.shape[:self.lead]) + tuple(d for item in per_axis for d in item))
 
   def order(self, outer_first: bool):
-    """(..., a0, b0, a1, b1, ...) -> (..., a0, a1, ..., b0, b1, ...) when outer_first, else (..., b0, b1, ..., a0, a1, ...)."""
+    """(..., a0, b0, a1, b1, ...) -> (..., a0, a1, ..., b0, b1, ...) when outer_first,
+    else (..., b0, b1, ..., a0, a1, ...)."""
     pooled = (self.x.ndim - self.lead) // 2
     firsts = [self.lead + 2 * a for a in range(pooled)]
     seconds = [self.lead + 2 * a + 1 for a in range(pooled)]
@@ -37,7 +39,8 @@ class Reduce:
   def _reduce(self, op: Ops, axis=None, keepdim=False):
     """One REDUCE_AXIS over `axis` (all axes when None); without keepdim the reduced axes are dropped."""
     if self.ndim == 0: axes: tuple = ()
-    else: axes = tuple(self._resolve_dim(a) for a in make_tuple(axis, 1)) if axis is not None else tuple(range(self.ndim))
+    else:
+      axes = tuple(self._resolve_dim(a) for a in make_tuple(axis, 1)) if axis is not None else tuple(range(self.ndim))
     reduced = self._apply_uop(UOp.r, op=op, axis=axes)
     if keepdim: return reduced
     return reduced.reshape(tuple(extent for a, extent in enumerate(self.shape) if a not in axes))
@@ -76,7 +79,8 @@ class Reduce:
     dof = smax([0, squared._reduced_count(axis) - correction])
     return squared.sum(axis=axis, keepdim=keepdim).div(dof)
 
-  def std(self, axis=None, keepdim=False, correction=1): return self.var(axis=axis, keepdim=keepdim, correction=correction).sqrt()
+  def std(self, axis=None, keepdim=False, correction=1):
+    return self.var(axis=axis, keepdim=keepdim, correction=correction).sqrt()
 
   def std_mean(self, axis=None, keepdim=False, correction=1):
     return self.std(axis=axis, keepdim=keepdim, correction=correction), self.mean(axis=axis, keepdim=keepdim)
@@ -111,7 +115,8 @@ class Reduce:
     if axis is None: return self.reshape(-1).argmax(0)
     dim = self._resolve_dim(axis)
     n = self.shape[dim]
-    countdown = type(self).arange(n, 0, -1, requires_grad=False, device=self.device).reshape(n, *([1] * (self.ndim - dim - 1)))
+    countdown = type(self).arange(n, 0, -1, requires_grad=False,
+                                  device=self.device).reshape(n, *([1] * (self.ndim - dim - 1)))
     is_peak = self == self.max(axis=dim, keepdim=True)
     first = (is_peak * countdown).max(axis=dim, keepdim=keepdim)
     return (n - first).cast(dtypes.int32)
@@ -180,7 +185,8 @@ class Reduce:
     lead, sizes = self.shape[:-nk], self.shape[-nk:]
     steps, gaps = make_tuple(stride, nk), make_tuple(dilation, nk)
     spans = [g * (k - 1) + 1 for k, g in zip(kernel, gaps)]            # input extent one window covers
-    if not all(resolve(span <= size) for span, size in zip(spans, sizes)): raise ValueError("kernel size cannot be greater than actual input size")
+    if not all(resolve(span <= size) for span, size in zip(spans, sizes)):
+      raise ValueError("kernel size cannot be greater than actual input size")
     outs = [ceildiv(size - span + 1, step) for size, span, step in zip(sizes, spans, steps)]
     w = _Windows(self, len(lead))
     if all(not resolve(k > step) for k, step in zip(kernel, steps)) and all(g == 1 for g in gaps):
@@ -207,7 +213,8 @@ class Reduce:
     """Flat pads (last axis first) from an int, one pad per axis, or two per axis."""
     if isinstance(padding, int): return [padding] * (2 * dims)
     if len(padding) == 2 * dims: return padding
-    if len(padding) != dims: raise ValueError(f"padding must be an int or a sequence of length {dims} or {2 * dims}, got {padding}")
+    if len(padding) != dims:
+      raise ValueError(f"padding must be an int or a sequence of length {dims} or {2 * dims}, got {padding}")
     return [p for p in reversed(padding) for _ in range(2)]
 
   def _windows_of(self, kernel_size, stride, dilation, padding, value=0.0, ceil_mode=False, ceil_value=None):
@@ -238,12 +245,14 @@ class Reduce:
     ceil_mode's last window), else only the input's elements."""
     windows, axes = self._windows_of(kernel_size, stride, dilation, padding, ceil_mode=ceil_mode)
     if count_include_pad and not ceil_mode: return windows.mean(axis=axes)
-    counted, _ = self.ones_like()._windows_of(kernel_size, stride, dilation, padding, value=1.0 if count_include_pad else 0.0,
+    counted, _ = self.ones_like()._windows_of(kernel_size, stride, dilation, padding, value=1.0 if count_include_pad
+                                              else 0.0,
                                               ceil_mode=ceil_mode, ceil_value=0.0)
     return windows.sum(axis=axes) / counted.sum(axis=axes)
 
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False):
-    windows, axes = self._windows_of(kernel_size, stride, dilation, padding, value=dtypes.min(self.dtype), ceil_mode=ceil_mode)
+    windows, axes = self._windows_of(kernel_size, stride, dilation, padding, value=dtypes.min(self.dtype),
+                                     ceil_mode=ceil_mode)
     return windows.max(axes)
 
   def conv2d(self, weight, bias=None, groups=1, stride=1, dilation=1, padding=0, dtype=None):
@@ -252,7 +261,8 @@ class Reduce:
     cout, cin = weight.shape[:2]
     kernel = weight.shape[2:]
     if groups * cin != channels or self.ndim != weight.ndim:
-      raise ValueError(f"input shape {self.shape} does not match the shape of the weights {weight.shape} ({groups * cin} vs. {channels})")
+      raise ValueError(f"input shape {self.shape} does not match the shape of the weights {weight.shape} "
+                       f"({groups * cin} vs. {channels})")
     windows = self.pad(self._resolve_pool_pads(padding, len(kernel)))._pool(kernel, stride, dilation)
     out = windows.shape[2:2 + len(kernel)]
     per_group, no, nk = cout // groups, len(out), len(kernel)
@@ -275,16 +285,19 @@ class Reduce:
     if self.ndim != weight.ndim or self.shape[1] != weight.shape[0]:
       raise ValueError(f"input shape {self.shape} does not match the shape of the weights {weight.shape}")
     steps, gaps, pads, extra = (make_tuple(v, nk) for v in (stride, dilation, padding, output_padding))
-    if any(e >= max(s_, g) for e, s_, g in zip(extra, steps, gaps)): raise ValueError("output_padding must be smaller than stride or dilation")
+    if any(e >= max(s_, g) for e, s_, g in zip(extra, steps, gaps)):
+      raise ValueError("output_padding must be smaller than stride or dilation")
     cin, per_group = weight.shape[:2]
-    w = weight.reshape(groups, cin // groups, per_group, *kernel).transpose(1, 2).reshape(groups * per_group, cin // groups, *kernel)
+    w = weight.reshape(groups, cin // groups, per_group, *kernel).transpose(1, 2).reshape(groups * per_group,
+                                                                                          cin // groups, *kernel)
     w = w.flip(*range(2, 2 + nk))
     x, lead = self, self.ndim - nk
     for a, step in enumerate(steps):
       if step == 1: continue
       axis, n = lead + a, x.shape[lead + a]
       x = x.unsqueeze(axis + 1).pad([None] * (axis + 1) + [(0, step - 1)] + [None] * (x.ndim - axis - 1))
-      x = x.flatten(axis, axis + 1).shrink(tuple((0, (n - 1) * step + 1) if d == axis else None for d in range(x.ndim - 1)))
+      x = x.flatten(axis,
+                    axis + 1).shrink(tuple((0, (n - 1) * step + 1) if d == axis else None for d in range(x.ndim - 1)))
     around = [(g * (k - 1) - p, g * (k - 1) - p + e) for k, g, p, e in zip(kernel, gaps, pads, extra)]
     x = x.pad([p for pair in reversed(around) for p in pair])
     return x.conv2d(w, bias, groups=groups, dilation=dilation)
@@ -300,17 +313,21 @@ class Reduce:
     if "." in spec: raise NotImplementedError(f"einsum with an ellipsis is not supported: {formula!r}")
     inputs, arrow, output = spec.partition("->")
     terms = inputs.split(",")
-    if len(terms) != len(operands): raise ValueError(f"einsum {formula!r} names {len(terms)} operands, got {len(operands)}")
+    if len(terms) != len(operands):
+      raise ValueError(f"einsum {formula!r} names {len(terms)} operands, got {len(operands)}")
     letters = "".join(terms)
-    if not all(c.isalpha() for c in letters + output): raise ValueError(f"einsum subscripts must be letters: {formula!r}")
+    if not all(c.isalpha() for c in letters + output):
+      raise ValueError(f"einsum subscripts must be letters: {formula!r}")
     if not arrow: output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-    if len(set(output)) != len(output) or set(output) - set(letters): raise ValueError(f"einsum output {output!r} is not valid for {formula!r}")
+    if len(set(output)) != len(output) or set(output) - set(letters):
+      raise ValueError(f"einsum output {output!r} is not valid for {formula!r}")
     summed = sorted(set(letters) - set(output))
     order = list(output) + summed                                  # every operand is laid out along these axes
     sizes: dict[str, int] = {}
     aligned = []
     for term, t in zip(terms, operands):
-      if len(term) != t.ndim: raise ValueError(f"einsum term {term!r} has {len(term)} letters for a tensor of {t.ndim} axes")
+      if len(term) != t.ndim:
+        raise ValueError(f"einsum term {term!r} has {len(term)} letters for a tensor of {t.ndim} axes")
       t, term = Reduce._einsum_diagonals(t, term)
       for c, n in zip(term, t.shape):
         if sizes.setdefault(c, n) != n: raise ValueError(f"einsum letter {c!r} stands for sizes {sizes[c]} and {n}")
@@ -330,14 +347,16 @@ class Reduce:
       first, second = term.index(c), term.index(c, term.index(c) + 1)
       n = t.shape[first]
       if t.shape[second] != n: raise ValueError(f"einsum letter {c!r} stands for sizes {n} and {t.shape[second]}")
-      eye = type(t).eye(n, dtype=dtypes.bool, device=t.device).reshape([n if a in (first, second) else 1 for a in range(t.ndim)])
+      eye = type(t).eye(n, dtype=dtypes.bool,
+                        device=t.device).reshape([n if a in (first, second) else 1 for a in range(t.ndim)])
       t = eye.where(t, 0).sum(second, dtype=t.dtype)
       term = term[:second] + term[second + 1:]
     return t, term
 
   def dot(self, w, dtype=None):
     """Matrix product by broadcast multiply and sum over the shared axis."""
-    if self.ndim == 0 or w.ndim == 0: raise RuntimeError(f"both tensors need to be at least 1D, got {self.ndim}D and {w.ndim}D")
+    if self.ndim == 0 or w.ndim == 0:
+      raise RuntimeError(f"both tensors need to be at least 1D, got {self.ndim}D and {w.ndim}D")
     w_axis = -min(w.ndim, 2)
     if self.shape[-1] != w.shape[w_axis]: raise RuntimeError(f"cannot dot {self.shape} and {w.shape}")
     spacer = [1] * min(self.ndim - 1, w.ndim - 1, 1)

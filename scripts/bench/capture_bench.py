@@ -33,17 +33,22 @@ def main():
     for kind in ("schedule", "kernel", "exec"):
       n = conn.execute("SELECT count(*) FROM captures WHERE run_id = ? AND kind = ?", (first_run, kind)).fetchone()[0]
       mine = "SELECT id FROM captures WHERE run_id = ? AND kind = ?"
-      total = conn.execute(f"SELECT coalesce(sum(length(data)), 0) FROM blobs WHERE sha256 IN (SELECT input_sha FROM captures WHERE id IN ({mine}) "
-                           f"UNION SELECT output_sha FROM captures WHERE id IN ({mine}) UNION SELECT sha256 FROM capture_blobs WHERE capture_id IN ({mine}))",
+      total = conn.execute(f"SELECT coalesce(sum(length(data)), 0) FROM blobs WHERE sha256 IN (SELECT input_sha FROM "
+                           f"captures WHERE id IN ({mine}) "
+                           f"UNION SELECT output_sha FROM captures WHERE id IN ({mine}) UNION SELECT sha256 FROM "
+                           f"capture_blobs WHERE capture_id IN ({mine}))",
                            (first_run, kind) * 3).fetchone()[0]
       per_kind[kind] = (n, total)
     conn.close()
     size = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp) if f.startswith("bench.db"))
   m_off, m_on = statistics.median(off), statistics.median(on)
-  print(f"corpus wall time, median of {rounds}: capture off {m_off:.2f}s, capture on {m_on:.2f}s, ratio on/off {m_on / m_off:.3f} (goal <= 1.10)")
-  print(f"{captures} captures over {rounds} runs; database {size / 1e6:.2f} MB = {size / max(captures, 1):.0f} bytes per capture "
+  print(f"corpus wall time, median of {rounds}: capture off {m_off:.2f}s, capture on {m_on:.2f}s, ratio on/off "
+        f"{m_on / m_off:.3f} (goal <= 1.10)")
+  print(f"{captures} captures over {rounds} runs; database {size / 1e6:.2f} MB = {size / max(captures, 1):.0f} bytes "
+        f"per capture "
         f"({blob_bytes / max(captures, 1):.0f} compressed blob bytes per capture; identical payloads are stored once)")
-  print("one run, compressed blob bytes per capture by kind: " + ", ".join(f"{kind} {total / max(n, 1):.0f} ({n} captures)"
+  print("one run, compressed blob bytes per capture by kind: " + ", ".join(f"{kind} {total / max(n, 1):.0f} ({n} "
+                                                                           f"captures)"
                                                                           for kind, (n, total) in per_kind.items())
         + " (input and output buffers stored once by content, constant fills as their value)")
 

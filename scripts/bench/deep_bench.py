@@ -71,7 +71,8 @@ def measure(template: str, depth: int, folder: str, residual: bool = False) -> d
   capture_env = {**env, "CAPTURE_PROCESS_REPLAY": "1", "REPLAY_DB": db}
   captured = _python(template.format(depth=depth, schedule_only=False, residual=residual), capture_env)
   t0 = time.perf_counter()
-  replay = subprocess.run([sys.executable, "-m", "replay", "--db", db, "run", "--jobs", "1"], env=env, capture_output=True, text=True)
+  replay = subprocess.run([sys.executable, "-m", "replay", "--db", db, "run", "--jobs", "1"], env=env,
+                          capture_output=True, text=True)
   replay_s = time.perf_counter() - t0
   if replay.returncode != 0: raise SystemExit(f"the replay failed:\n{replay.stdout[-2000:]}{replay.stderr[-2000:]}")
   return {"depth": depth, "nodes": scheduled["nodes"], "build": scheduled["build"], "schedule": scheduled["run"],
@@ -89,10 +90,13 @@ def report(title: str, rows: list[dict]) -> None:
         f"{'us/node: build':>14} {'schedule':>8} {'capture':>8} {'replay':>7} | {'KiB/node':>8}")
   for r in rows:
     per = {p: r[p] / r["nodes"] * 1e6 for p in ("build", "schedule", "capture", "replay")}
-    print(f"{r['depth']:>8} {r['nodes']:>8} | {r['build']:8.2f} {r['schedule']:10.2f} {r['capture']:9.2f} {r['replay']:8.2f} | "
-          f"{per['build']:14.1f} {per['schedule']:8.1f} {per['capture']:8.1f} {per['replay']:7.1f} | {r['rss_kb'] / r['nodes']:8.2f}")
+    print(f"{r['depth']:>8} {r['nodes']:>8} | {r['build']:8.2f} {r['schedule']:10.2f} {r['capture']:9.2f} "
+          f"{r['replay']:8.2f} | "
+          f"{per['build']:14.1f} {per['schedule']:8.1f} {per['capture']:8.1f} {per['replay']:7.1f} | "
+          f"{r['rss_kb'] / r['nodes']:8.2f}")
   if len(rows) > 1:
-    print("slope of time against nodes (log-log, 1.0 = linear): " + ", ".join(f"{p} {slope(rows, p):.2f}" for p in ("build", "schedule", "capture", "replay")))
+    slopes = ", ".join(f"{p} {slope(rows, p):.2f}" for p in ("build", "schedule", "capture", "replay"))
+    print("slope of time against nodes (log-log, 1.0 = linear): " + slopes)
 
 
 def main(argv=None) -> int:

@@ -36,7 +36,8 @@ def cold_job(clone: Path, cache: Path) -> tuple[float, str]:
   proc = subprocess.run(["bash", "scripts/main_job.sh"], cwd=clone, env=env, capture_output=True, text=True)
   seconds = time.perf_counter() - t0
   verdict = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-  if proc.returncode != 0: raise SystemExit(f"main job of {clone.name} failed ({proc.returncode}): {proc.stderr[-500:]}")
+  if proc.returncode != 0:
+    raise SystemExit(f"main job of {clone.name} failed ({proc.returncode}): {proc.stderr[-500:]}")
   return seconds, verdict
 
 
@@ -52,7 +53,8 @@ def main() -> None:
       for which in ("old", "new"):
         seconds, verdict = cold_job(clones[which], where / f"cache-{which}-{r}")
         times[which].append(seconds)
-        print(f"round {r + 1} {which} ({old_rev if which == 'old' else new_rev}): {seconds:6.1f} s   {verdict}", flush=True)
+        print(f"round {r + 1} {which} ({old_rev if which == 'old' else new_rev}): {seconds:6.1f} s   {verdict}",
+              flush=True)
     old, new = statistics.median(times["old"]), statistics.median(times["new"])
     print(f"cold main job, median of {rounds}: old {old:.1f} s, new {new:.1f} s, ratio new/old {new / old:.2f}")
     print("goal (issue 16.3): at most 0.5")

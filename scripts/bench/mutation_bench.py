@@ -28,11 +28,14 @@ def bug(name, path, old, new): return Mutant(name, path.split("/")[0], [(path, o
 def same(name, *edits): return Mutant(name, edits[0][0].split("/")[0], list(edits), equivalent=True)
 
 
-EW, RED, FN, OPT, NN, GRAD = ("scheduler/tensor/elementwise.py", "scheduler/tensor/reduce.py", "scheduler/tensor/functional.py",
+EW, RED, FN, OPT, NN, GRAD = ("scheduler/tensor/elementwise.py", "scheduler/tensor/reduce.py",
+                              "scheduler/tensor/functional.py",
                               "scheduler/nn/optim.py", "scheduler/nn/__init__.py", "scheduler/gradient.py")
-SYM, VIEW, GROUP, KERN, SIMP = ("scheduler/symbolic.py", "scheduler/shape/view.py", "scheduler/sched_grouping.py", "scheduler/sched_kernels.py",
+SYM, VIEW, GROUP, KERN, SIMP = ("scheduler/symbolic.py", "scheduler/shape/view.py", "scheduler/sched_grouping.py",
+                                "scheduler/sched_kernels.py",
                                 "scheduler/sched_simplify.py")
-LOWER, CPU, PY, DEV, DT, HELP = ("scheduler/codegen/lowerer.py", "runtimes/cpu.py", "runtimes/python.py", "scheduler/device.py", "scheduler/dtype.py",
+LOWER, CPU, PY, DEV, DT, HELP = ("scheduler/codegen/lowerer.py", "runtimes/cpu.py", "runtimes/python.py",
+                                 "scheduler/device.py", "scheduler/dtype.py",
                                  "scheduler/helpers.py")
 
 MUTANTS = [
@@ -43,25 +46,34 @@ MUTANTS = [
   bug("relu_leaks", EW, '"relu": lambda x: (x > 0).where(x, 0),', '"relu": lambda x: (x > -0.01).where(x, 0),'),
   bug("mean_count", RED, "return total.div(self._reduced_count(axis)).cast(result_dtype)",
       "return total.div(self._reduced_count(axis) + 1).cast(result_dtype)"),
-  bug("layernorm_eps", FN, "return centered.mul(variance.add(eps).rsqrt())", "return centered.mul(variance.add(eps * 1000).rsqrt())"),
+  bug("layernorm_eps", FN, "return centered.mul(variance.add(eps).rsqrt())",
+      "return centered.mul(variance.add(eps * 1000).rsqrt())"),
   bug("sgd_momentum_ignored", OPT, "velocity.assign(self.momentum * velocity + step)", "velocity.assign(step)"),
-  bug("adam_no_bias_correction", OPT, "m_hat, v_hat = m / (1.0 - self.b1_t), v / (1.0 - self.b2_t)", "m_hat, v_hat = m, v / (1.0 - self.b2_t)"),
+  bug("adam_no_bias_correction", OPT, "m_hat, v_hat = m / (1.0 - self.b1_t), v / (1.0 - self.b2_t)",
+      "m_hat, v_hat = m, v / (1.0 - self.b2_t)"),
   bug("adamw_decay_sign", OPT, "direction = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w.detach()",
       "direction = m_hat / (v_hat.sqrt() + self.eps) - self.wd * w.detach()"),
   bug("sgd_decay_sign", OPT, "step = g + self.wd * w.detach()", "step = g - self.wd * w.detach()"),
-  bug("batchnorm_momentum", NN, "self.running_mean.assign(self.running_mean * (1 - self.momentum) + mean.detach() * self.momentum)",
+  bug("batchnorm_momentum", NN,
+      "self.running_mean.assign(self.running_mean * (1 - self.momentum) + mean.detach() * self.momentum)",
       "self.running_mean.assign(self.running_mean * (1 - self.momentum) + mean.detach() * (1 - self.momentum))"),
   bug("grad_sqrt", GRAD, "Ops.SQRT: lambda g, out: (g / (out * 2),)", "Ops.SQRT: lambda g, out: (g / (out * 3),)"),
   bug("grad_exp2", GRAD, "Ops.EXP2: lambda g, out: (out * g * LN2,)", "Ops.EXP2: lambda g, out: (out * g,)"),
-  bug("grad_recip_sign", GRAD, "Ops.RECIP: lambda g, out: (-g * out * out,)", "Ops.RECIP: lambda g, out: (g * out * out,)"),
-  bug("int_promotes_to_float64", DT, "return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)",
+  bug("grad_recip_sign", GRAD, "Ops.RECIP: lambda g, out: (-g * out * out,)",
+      "Ops.RECIP: lambda g, out: (g * out * out,)"),
+  bug("int_promotes_to_float64", DT,
+      "return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)",
       "return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.float64)"),
   # flag defaults
-  bug("split_reduceop_off_by_default", HELP, 'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)', 'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 0)'),
-  bug("split_threshold_default", HELP, 'ContextVar("REDUCEOP_SPLIT_THRESHOLD", 32768)', 'ContextVar("REDUCEOP_SPLIT_THRESHOLD", 4096)'),
+  bug("split_reduceop_off_by_default", HELP, 'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)',
+      'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 0)'),
+  bug("split_threshold_default", HELP, 'ContextVar("REDUCEOP_SPLIT_THRESHOLD", 32768)',
+      'ContextVar("REDUCEOP_SPLIT_THRESHOLD", 4096)'),
   # the scheduler
-  bug("no_write_after_read_edges", KERN, "deps = dedup(_kernel_inputs(k, kernels) + k.readers_first)", "deps = dedup(_kernel_inputs(k, kernels))"),
-  bug("expand_never_realizes", GROUP, "if resolve(prod(t.shape) < prod(view.shape)) and not DONT_REALIZE_EXPAND:", "if False:"),
+  bug("no_write_after_read_edges", KERN, "deps = dedup(_kernel_inputs(k, kernels) + k.readers_first)",
+      "deps = dedup(_kernel_inputs(k, kernels))"),
+  bug("expand_never_realizes", GROUP, "if resolve(prod(t.shape) < prod(view.shape)) and not DONT_REALIZE_EXPAND:",
+      "if False:"),
   bug("split_threshold_compare", SIMP, "if prod(x.shape) // out_size < REDUCEOP_SPLIT_THRESHOLD.value: return None",
       "if prod(x.shape) // out_size < REDUCEOP_SPLIT_THRESHOLD.value // 64: return None"),
   bug("fuse_arange_any_reduce", GROUP, "if FUSE_ARANGE and r.arg[0] is Ops.ADD and r.src[0].base.op is Ops.CONST",
@@ -72,29 +84,40 @@ MUTANTS = [
       "if mask is not None: mask[axis] = (extent - mask[axis][1], extent - mask[axis][0] + 1)"),
   bug("div_fold_bound", SYM, "if x.vmax < c.arg: return x.const_like(0)", "if x.vmax <= c.arg: return x.const_like(0)"),
   bug("mod_fold_bound", SYM, "if x.vmax < c.arg: return x\n", "if x.vmax <= c.arg: return x\n"),
-  bug("const_product_fold", SYM, "return inner.src[0] * (inner.src[1].arg * c.arg)", "return inner.src[0] * (inner.src[1].arg + c.arg)"),
+  bug("const_product_fold", SYM, "return inner.src[0] * (inner.src[1].arg * c.arg)",
+      "return inner.src[0] * (inner.src[1].arg + c.arg)"),
   bug("no_index_simplify", LOWER, "exprs = self.view_cache[st] = (idx.simplify(), valid.simplify())",
       "exprs = self.view_cache[st] = (idx, valid)"),
   bug("load_ignores_valid", LOWER, "ret = self.emit(Ops.LOAD, u.dtype, (self.define_global(u.src[0]), idx, valid))",
       "ret = self.emit(Ops.LOAD, u.dtype, (self.define_global(u.src[0]), idx, self.const(True, dtypes.bool)))"),
   # runtimes and buffers
-  bug("c_max_is_min", CPU, 'if op is Ops.MAX: return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"', 'if op is Ops.MAX: return f"(({s[0]}<{s[1]})?{s[0]}:{s[1]})"'),
+  bug("c_max_is_min", CPU, 'if op is Ops.MAX: return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"',
+      'if op is Ops.MAX: return f"(({s[0]}<{s[1]})?{s[0]}:{s[1]})"'),
   bug("c_fast_math", CPU, '"-ffp-contract=off", "-nostdlib")', '"-ffp-contract=off", "-nostdlib", "-ffast-math")'),
-  bug("c_recip_epsilon", CPU, 'if op is Ops.RECIP: return f"(({ct})1/({s[0]}))"', 'if op is Ops.RECIP: return f"(({ct})1/({s[0]}*({ct})1.0000001))"'),
-  bug("python_idiv_sign", PY, "return np.where(b == 0, 0, np.where((a < 0) != (b_safe < 0), -q, q))", "return np.where(b == 0, 0, np.where(a < 0, -q, q))"),
-  bug("python_max_is_min", PY, "Ops.MAX: lambda a, b: np.where(a > b, a, b)", "Ops.MAX: lambda a, b: np.where(a < b, a, b)"),
+  bug("c_recip_epsilon", CPU, 'if op is Ops.RECIP: return f"(({ct})1/({s[0]}))"',
+      'if op is Ops.RECIP: return f"(({ct})1/({s[0]}*({ct})1.0000001))"'),
+  bug("python_idiv_sign", PY, "return np.where(b == 0, 0, np.where((a < 0) != (b_safe < 0), -q, q))",
+      "return np.where(b == 0, 0, np.where(a < 0, -q, q))"),
+  bug("python_max_is_min", PY, "Ops.MAX: lambda a, b: np.where(a > b, a, b)",
+      "Ops.MAX: lambda a, b: np.where(a < b, a, b)"),
   bug("buffer_view_offset", DEV, "return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)",
       "return Buffer(self.device, size, dtype, base=self.base, offset=offset)"),
   # added for issue 24 (before the corpus was run against them), of the classes the outside suite found missed
-  bug("grad_mul_swapped", GRAD, "Ops.MUL: lambda g, out: (out.src[1] * g, out.src[0] * g),", "Ops.MUL: lambda g, out: (out.src[0] * g, out.src[1] * g),"),
-  bug("sgd_nesterov_dropped", OPT, "step = step + self.momentum * velocity if self.nesterov else velocity", "step = velocity"),
+  bug("grad_mul_swapped", GRAD, "Ops.MUL: lambda g, out: (out.src[1] * g, out.src[0] * g),",
+      "Ops.MUL: lambda g, out: (out.src[0] * g, out.src[1] * g),"),
+  bug("sgd_nesterov_dropped", OPT, "step = step + self.momentum * velocity if self.nesterov else velocity",
+      "step = velocity"),
   bug("adamw_eps_inside_sqrt", OPT, "direction = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w.detach()",
       "direction = m_hat / (v_hat + self.eps).sqrt() + self.wd * w.detach()"),
-  bug("label_smoothing_mean_of_probs", FN, "label_smoothing * (log_probs.mean(-1) * counted)", "label_smoothing * (log_probs.exp().mean(-1) * counted)"),
-  bug("promote_uint8_int8_to_uint16", DT, "dtypes.uint8: (dtypes.int16, dtypes.uint16),", "dtypes.uint8: (dtypes.uint16,),"),
+  bug("label_smoothing_mean_of_probs", FN, "label_smoothing * (log_probs.mean(-1) * counted)",
+      "label_smoothing * (log_probs.exp().mean(-1) * counted)"),
+  bug("promote_uint8_int8_to_uint16", DT, "dtypes.uint8: (dtypes.int16, dtypes.uint16),",
+      "dtypes.uint8: (dtypes.uint16,),"),
   bug("promote_int64_to_float32", DT, "dtypes.int64: (dtypes.float16,),\n", "dtypes.int64: (dtypes.float32,),\n"),
-  bug("conv_bias_on_wrong_axis", RED, "return result.add(bias.reshape(1, -1, *([1] * nk)))", "return result.add(bias.reshape(1, *([1] * nk), -1))"),
-  bug("fuse_arange_on_by_default", HELP, 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)', 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 1)'),
+  bug("conv_bias_on_wrong_axis", RED, "return result.add(bias.reshape(1, -1, *([1] * nk)))",
+      "return result.add(bias.reshape(1, *([1] * nk), -1))"),
+  bug("fuse_arange_on_by_default", HELP, 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)',
+      'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 1)'),
   bug("second_upcast_lanes_8", LOWER, "SECOND_UPCAST_LANES = (4, 2)", "SECOND_UPCAST_LANES = (8, 2)"),
   bug("c_idiv_zero_is_one", CPU, 'if op is Ops.IDIV: return f"(({s[1]})==0?({ct})0:({s[0]}/{s[1]}))"',
       'if op is Ops.IDIV: return f"(({s[1]})==0?({ct})1:({s[0]}/{s[1]}))"'),
@@ -102,19 +125,27 @@ MUTANTS = [
   # equivalent refactors: none of these may fail the gate
   same("rename_local", (KERN, "emitted", "scheduled_kernels", 0)),
   same("rename_private_helper", (SYM, "_fold_nested", "_fold_repeated_op", 0)),
-  same("comments_and_docstring", (LOWER, "def _is_one(s) -> bool:", "# an extent of one needs no loop\ndef _is_one(s) -> bool:"),
-       (CPU, "def render_const(val, dtype: DType) -> str:", 'def render_const(val, dtype: DType) -> str:\n  """A constant as a C literal."""')),
+  same("comments_and_docstring",
+       (LOWER, "def _is_one(s) -> bool:", "# an extent of one needs no loop\ndef _is_one(s) -> bool:"),
+       (CPU, "def render_const(val, dtype: DType) -> str:",
+        'def render_const(val, dtype: DType) -> str:\n  """A constant as a C literal."""')),
   same("extract_helper", (EW, '"square": lambda x: x * x,', '"square": _square,'),
        (EW, "def _gelu(x):", "def _square(x): return x * x\n\n\ndef _gelu(x):")),
-  same("reverse_with_slice", (LOWER, "for rng in reversed(opened): self.emit(Ops.ENDRANGE", "for rng in opened[::-1]: self.emit(Ops.ENDRANGE")),
+  same("reverse_with_slice",
+       (LOWER, "for rng in reversed(opened): self.emit(Ops.ENDRANGE",
+        "for rng in opened[::-1]: self.emit(Ops.ENDRANGE")),
   same("reorder_imports", (OPT, "from scheduler.tensor import Tensor\nfrom scheduler.dtype import dtypes\n",
                            "from scheduler.dtype import dtypes\nfrom scheduler.tensor import Tensor\n")),
-  same("error_message_wording", (VIEW, 'raise ValueError(f"invalid shrink {arg} for {self.shape}")', 'raise ValueError(f"shrink {arg} does not fit {self.shape}")')),
-  same("flag_default_unchanged_restated", (HELP, 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)', 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", int(False))')),
+  same("error_message_wording",
+       (VIEW, 'raise ValueError(f"invalid shrink {arg} for {self.shape}")',
+        'raise ValueError(f"shrink {arg} does not fit {self.shape}")')),
+  same("flag_default_unchanged_restated",
+       (HELP, 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)', 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", int(False))')),
 ]
 
 
-def git(cwd, *args) -> str: return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+def git(cwd, *args) -> str:
+  return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def apply(clone: str, mutant: Mutant) -> None:
@@ -127,7 +158,8 @@ def apply(clone: str, mutant: Mutant) -> None:
 
 def reported(report: dict) -> bool:
   totals = report.get("totals", {})
-  return bool(sum(v for k, v in totals.items() if k != "same") or report.get("notes") and any("flag defaults" in n for n in report["notes"])
+  return bool(sum(v for k, v in totals.items() if k != "same") or report.get("notes")
+              and any("flag defaults" in n for n in report["notes"])
               or report.get("drift") or report.get("slower"))
 
 
@@ -139,10 +171,12 @@ def run_one(clone: str, base: str, mutant: Mutant, gate_args: list[str], corpus:
   env = {**os.environ, "REPLAY_DB": db, "REPLAY_CACHE_DIR": os.path.join(workdir, "cache"), "PYTHONPATH": clone}
   for k in ("CAPTURE_PROCESS_REPLAY", "PR_TITLE", "PYTEST_CURRENT_TEST"): env.pop(k, None)
   t0 = time.perf_counter()
-  gate = subprocess.run([sys.executable, "-m", "replay", "gate", "--base", base, *gate_args, "--", sys.executable, "-m", "scripts.workloads", *corpus],
+  gate = subprocess.run([sys.executable, "-m", "replay", "gate", "--base", base, *gate_args, "--", sys.executable, "-m",
+                         "scripts.workloads", *corpus],
                         cwd=clone, env=env, capture_output=True, text=True)
   seconds = time.perf_counter() - t0
-  rep = subprocess.run([sys.executable, "-m", "replay", "report", "--format", "json"], cwd=clone, env=env, capture_output=True, text=True)
+  rep = subprocess.run([sys.executable, "-m", "replay", "report", "--format", "json"], cwd=clone, env=env,
+                       capture_output=True, text=True)
   try: report = json.loads(rep.stdout)
   except ValueError: report = {}
   verdict = report.get("verdict") or (gate.stdout.strip().splitlines() or ["(no output)"])[-1]
@@ -154,8 +188,10 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog="python -m scripts.bench.mutation_bench", description=__doc__.split("\n\n")[0])
   parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutants")
   parser.add_argument("--gate-args", default="--allow-incompatible",
-                      help="options for `replay gate` (default: %(default)s, as .ci/run runs it: end to end, guard of changed lines)")
-  parser.add_argument("--corpus", default="", help="arguments for `python -m scripts.workloads` (default: the whole corpus)")
+                      help="options for `replay gate` (default: %(default)s, as .ci/run runs it: end to end, guard of "
+                           "changed lines)")
+  parser.add_argument("--corpus", default="",
+                      help="arguments for `python -m scripts.workloads` (default: the whole corpus)")
   parser.add_argument("--list", action="store_true", help="list the mutants and exit")
   parser.add_argument("--keep", action="store_true", help="keep the temporary clone and databases")
   args = parser.parse_args(argv)
@@ -169,18 +205,21 @@ def main(argv=None) -> int:
   subprocess.run(["git", "clone", "-q", repo, clone], check=True)
   git(clone, "config", "user.email", "bench@example.com"); git(clone, "config", "user.name", "bench")
   base = git(clone, "rev-parse", "HEAD")
-  print(f"mutation benchmark: {len(mutants)} mutants on {base[:10]}, gate {args.gate_args!r}, corpus {args.corpus or '(all)'!r}")
+  print(f"mutation benchmark: {len(mutants)} mutants on {base[:10]}, gate {args.gate_args!r}, corpus "
+        f"{args.corpus or '(all)'!r}")
   results = []
   for m in mutants:
     r = run_one(clone, base, m, shlex.split(args.gate_args), shlex.split(args.corpus), workdir)
     results.append(r)
     tag = ("FALSE POSITIVE" if r["exit"] else "quiet" if not r["reported"] else "reported") if m.equivalent else \
           ("killed" if r["exit"] else "reported" if r["reported"] else "MISSED")
-    print(f"{tag:<15} {'refactor' if m.equivalent else 'bug':<9} {m.where:<10} {m.name:<32} exit {r['exit']}  {r['seconds']:6.1f}s  {r['verdict'][:110]}",
+    print(f"{tag:<15} {'refactor' if m.equivalent else 'bug':<9} {m.where:<10} {m.name:<32} exit {r['exit']}  "
+          f"{r['seconds']:6.1f}s  {r['verdict'][:110]}",
           flush=True)
   bugs, refactors = [r for r in results if not r["equivalent"]], [r for r in results if r["equivalent"]]
   if bugs:
-    print(f"\nbugs: {len(bugs)}; reported {sum(r['reported'] for r in bugs)} ({sum(r['reported'] for r in bugs) / len(bugs):.0%}), "
+    print(f"\nbugs: {len(bugs)}; reported {sum(r['reported'] for r in bugs)} "
+          f"({sum(r['reported'] for r in bugs) / len(bugs):.0%}), "
           f"gate failed {sum(r['exit'] != 0 for r in bugs)} ({sum(r['exit'] != 0 for r in bugs) / len(bugs):.0%})")
   if refactors:
     print(f"refactors: {len(refactors)}; false positives (gate failed) {sum(r['exit'] != 0 for r in refactors)}, "

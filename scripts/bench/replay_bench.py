@@ -12,7 +12,8 @@ def main():
   with tempfile.TemporaryDirectory() as tmp:
     db = os.path.join(tmp, "bench.db")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REPLAY_DB": db, "CAPTURE_PROCESS_REPLAY": "1"}
-    subprocess.run([sys.executable, "-m", "scripts.workloads", *sys.argv[1:]], cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "scripts.workloads", *sys.argv[1:]], cwd=ROOT, env=env, check=True,
+                   capture_output=True)
     from db import Store
     from replay.runner import replay_captures, RunOptions
     store = Store(db)
@@ -26,7 +27,8 @@ def main():
       wall = min(w for w, _, _ in runs)
       comp = [c for w, c, _ in runs if w == wall][0]
       print(f"jobs={jobs}: {len(caps)} captures in {wall:.2f}s = {len(caps) / wall:.0f} captures/s; "
-            f"compiler time {comp:.2f}s of {wall * jobs:.2f} worker-seconds -> outside the compiler {1 - comp / (wall * jobs):.0%}"
+            f"compiler time {comp:.2f}s of {wall * jobs:.2f} worker-seconds -> outside the compiler "
+            f"{1 - comp / (wall * jobs):.0%}"
             + (f"; {runs[0][2]} not same" if runs[0][2] else ""))
     w1, w2 = min(w for w, _, _ in results[1]), min(w for w, _, _ in results[2])
     print(f"speed-up with 2 jobs: {w1 / w2:.2f}x (goal >= 1.7x); goal for the outside share: < 15%")

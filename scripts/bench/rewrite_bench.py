@@ -19,7 +19,8 @@ def build(n: int) -> UOp:
 def main():
   sink = build(2500)
   n_nodes = len(sink.toposort)
-  for name, pm in (("symbolic (full index simplifier)", symbolic), ("symbolic_simple (folding and identities)", symbolic_simple)):
+  for name, pm in (("symbolic (full index simplifier)", symbolic),
+                   ("symbolic_simple (folding and identities)", symbolic_simple)):
     best = None
     for _ in range(3):
       t0 = time.perf_counter()

@@ -6,7 +6,8 @@ installs nothing). Then the per-kernel time of lowering and rendering.
     python -m scripts.bench.runtime_bench
 """
 import os
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[_var] = "1"   # before numpy loads BLAS
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+  os.environ[_var] = "1"   # before numpy loads BLAS
 import time
 import numpy as np
 
@@ -78,7 +79,8 @@ def main():
   for name, (np_fn, inputs, program) in cases(rng).items():
     ours = time_library(scheduler, run_schedule, inputs, program, name)
     if not name.startswith("arange"):
-      asts += [si.ast for si in program(*[scheduler.Tensor(i).realize() for i in inputs]).schedule() if si.ast.op.name == "SINK"]
+      asts += [si.ast for si in program(*[scheduler.Tensor(i).realize() for i in inputs]).schedule()
+               if si.ast.op.name == "SINK"]
     line = f"{name:<20} numpy(1 thread) {best(np_fn) * 1e3:8.2f} ms   ours {ours * 1e3:8.2f} ms"
     if peer is not None:
       try:
@@ -93,7 +95,8 @@ def main():
     for ast in asts: render_c(lower(ast))
   per = (time.perf_counter() - t0) / (reps * len(asts))
   print(f"lowering + rendering: {per * 1e3:.2f} ms per kernel (mean over {len(asts)} kernels x {reps})")
-  print("goals (issue 16): matmul <= 1.5x tinygrad, conv2d <= 2x, elementwise/sum/softmax no slower than before, arange < 50 ms")
+  print("goals (issue 16): matmul <= 1.5x tinygrad, conv2d <= 2x, elementwise/sum/softmax no slower than before, "
+        "arange < 50 ms")
 
 
 if __name__ == "__main__": main()

@@ -36,7 +36,8 @@ def _arr(seed: int, *shape):
 def cnn_train(lib):
   Tensor = lib.Tensor
   x = Tensor(_arr(0, 4, 3, 16, 16)).realize()
-  w1, w2 = Tensor(_arr(1, 8, 3, 3, 3), requires_grad=True).realize(), Tensor(_arr(2, 16, 8, 3, 3), requires_grad=True).realize()
+  w1, w2 = Tensor(_arr(1, 8, 3, 3, 3), requires_grad=True).realize(), Tensor(_arr(2, 16, 8, 3, 3),
+                                                                             requires_grad=True).realize()
   fc = Tensor(_arr(3, 16 * 2 * 2, 10), requires_grad=True).realize()
   y = Tensor(np.random.default_rng(4).integers(0, 10, 4).astype(np.int32)).realize()
   h = x.conv2d(w1).relu().max_pool2d().conv2d(w2).relu().max_pool2d()
@@ -117,7 +118,8 @@ def main():
       line += f" | tinygrad: {theirs*1e3:7.2f} ms, {pn} kernels | ratio ours/tinygrad {ours/theirs:.2f}"
     else: line += " | tinygrad not installed: no ratio"
     print(line)
-  for lib, fn, label in ((scheduler, create_schedule_with_vars, "ours"),) + (((peer[0], peer[1], "tinygrad"),) if peer else ()):
+  for lib, fn, label in ((scheduler, create_schedule_with_vars, "ours"),) + (((peer[0], peer[1], "tinygrad"),) if peer
+                                                                             else ()):
     small, large = retained_bytes(lib, fn, 16), retained_bytes(lib, fn, 64)
     print(f"memory left after scheduling ({label}): 16 layers {small / 1e6:.2f} MB, 64 layers {large / 1e6:.2f} MB "
           f"(ratio {large / max(small, 1):.1f} for 4x the layers)")

@@ -37,7 +37,8 @@ def run_count(seed: int, count: int, devices, capture: bool, out=sys.stdout) -> 
   return failed
 
 
-def run_budget(seconds: float, seed: int, devices, out=sys.stdout, max_failures: Optional[int] = None) -> tuple[int, dict]:
+def run_budget(seconds: float, seed: int, devices, out=sys.stdout,
+               max_failures: Optional[int] = None) -> tuple[int, dict]:
   """Hypothesis-driven programs until `seconds` are spent (or `max_failures` kinds of failure are found). Each
   failure of a kind not seen before is shrunk (the shrinking keeps the same kind of failure) and printed as a
   standalone program. Returns (programs run, {signature: (failure, source)})."""
@@ -83,14 +84,19 @@ def run_budget(seconds: float, seed: int, devices, out=sys.stdout, max_failures:
 
 
 def main(argv: Optional[list] = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m scripts.fuzz", description="Random Tensor programs checked against numpy on every device.")
+  parser = argparse.ArgumentParser(prog="python -m scripts.fuzz",
+                                   description="Random Tensor programs checked against numpy on every device.")
   parser.add_argument("--seed", type=int, default=0, help="seed of the program stream (default 0)")
   what = parser.add_mutually_exclusive_group()
-  what.add_argument("--minutes", type=float, help="run Hypothesis-driven programs for this long; shrink and print each new failure")
+  what.add_argument("--minutes", type=float,
+                    help="run Hypothesis-driven programs for this long; shrink and print each new failure")
   what.add_argument("--count", type=int, help="run this many seeded programs (no shrinking)")
-  what.add_argument("--print", dest="show", metavar="SEED:INDEX", help="print one seeded program as a standalone pytest file")
-  parser.add_argument("--device", action="append", choices=["CPU", "PYTHON"], help="only this device (repeatable; default both)")
-  parser.add_argument("--capture", action="store_true", help="label each program's captures fuzz:SEED:INDEX (for replay fuzz); exit 0 on failures")
+  what.add_argument("--print", dest="show", metavar="SEED:INDEX",
+                    help="print one seeded program as a standalone pytest file")
+  parser.add_argument("--device", action="append", choices=["CPU", "PYTHON"],
+                      help="only this device (repeatable; default both)")
+  parser.add_argument("--capture", action="store_true",
+                      help="label each program's captures fuzz:SEED:INDEX (for replay fuzz); exit 0 on failures")
   args = parser.parse_args(argv)
   devices = tuple(args.device or ("CPU", "PYTHON"))
   if args.show:

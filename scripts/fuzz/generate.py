@@ -22,15 +22,18 @@ from scripts.fuzz.program import Program, Check
 FAMILIES = {
   "creation": "Tensor(data), arange, eye, full, zeros/ones, rand/randn/randint with a seed",
   "elementwise": "+ - * / // % maximum minimum comparisons where, neg exp log sqrt sin cos reciprocal abs relu sigmoid "
-                 "tanh square floor ceil trunc round softplus silu exp2 log2 rsqrt hardsigmoid gelu quick_gelu elu sign "
+                 "tanh square floor ceil trunc round softplus silu exp2 log2 rsqrt hardsigmoid gelu quick_gelu elu "
+                 "sign "
                  "(NaN, +-inf, -0.0, huge, tiny; ints with negative operands)",
   "reduction": "sum prod mean max min over any axes, keepdim; argmax",
-  "movement": "reshape permute expand pad (constant, reflect, replicate, circular, negative) shrink flip cat stack, chains",
+  "movement": "reshape permute expand pad (constant, reflect, replicate, circular, negative) shrink flip cat stack, "
+              "chains",
   "scan": "cumsum, cummax along any axis (also beyond the 256-element block)",
   "gather/interpolate": "gather with an int index tensor; interpolate nearest, nearest-exact, linear (align_corners)",
   "power": "x ** c for c in 2, 3, 5, 0.5, 1.5, 2.5, 0, -0.5, -1, -2",
   "einsum": "contractions, outer products, sums and transposes of one or two operands",
-  "indexing": "__getitem__ with ints, slices with steps and negative steps, None, Ellipsis, an int tensor, down to a scalar",
+  "indexing": "__getitem__ with ints, slices with steps and negative steps, None, Ellipsis, an int tensor, down to a "
+              "scalar",
   "matmul": "@ and dot of 1-d, 2-d and batched operands",
   "conv": "conv2d with stride, padding, dilation, groups",
   "pooling": "max_pool2d, avg_pool2d with stride, padding, count_include_pad",
@@ -51,7 +54,8 @@ class Value:
   bound: Optional[float]      # max |x| if every element is finite and known to be at most this, else None
   nan: bool = False           # may hold NaN
   terms: int = 1              # how many input terms a single element sums (scales the float tolerance)
-  scale: float = 1.0          # the magnitude whose rounding error this value carries (sin of a large argument: the argument)
+  # the magnitude whose rounding error this value carries (sin of a large argument: the argument)
+  scale: float = 1.0
   rtol: float = 0.0           # the coarsest relative precision of any dtype it was computed in (float16, then cast up)
   zero_constant: bool = False # may derive from a constant 0 (zeros, full(0)): the compiler folds 0 * x to 0 (rule S13)
   zero_sign: bool = False     # the sign of its zeros is not defined: a sum of -0.0 terms may start from +0.0
@@ -92,7 +96,8 @@ class Builder:
     if big and c.boolean(0.04):   # across the size thresholds: ~2^14, ~2^20 elements, odd extents
       return c.choice([(129, 127), (1 << 14,), ((1 << 14) + 3,), (1031, 1017), (33, 37, 41), (4, 1 << 18)])
     rank = c.integer(0, max_rank)
-    return tuple(c.choice([1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17]) if c.boolean(0.3) else c.integer(1, 4) for _ in range(rank))
+    return tuple(c.choice([1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17]) if c.boolean(0.3)
+                 else c.integer(1, 4) for _ in range(rank))
 
   def dtype(self, floats_only: bool = False) -> str:
     if floats_only or self.c.boolean(0.55): return self.c.choice(["float32", "float32", "float16", "float64"])
@@ -133,7 +138,8 @@ class Builder:
       return self.emit(v, f"Tensor.eye({n}, {m}, device=DEV)", f"np.eye({n}, {m}, dtype='float32')", "eye")
     if what in ("full", "zeros"):
       shape, dtype = self.shape(), self.dtype()
-      value = 0 if what == "zeros" else (c.choice([2.5, -1.0, 7.0]) if ref.is_float(dtype) else c.integer(-3, 3) if dtype != "bool" else True)
+      value = 0 if what == "zeros" else (c.choice([2.5, -1.0, 7.0]) if ref.is_float(dtype) else c.integer(-3, 3)
+                                         if dtype != "bool" else True)
       if dtype != "bool" and ref.is_int(dtype) and dtype.startswith("u"): value = abs(value)
       v = replace(self.new(shape, dtype, float(abs(value))), zero_constant=value == 0)
       self.values[-1] = v
@@ -156,21 +162,25 @@ class Builder:
   # ***** ops on a value *****
 
   def step(self, x: Value) -> Value:
-    families = [self.unary, self.unary, self.binary, self.binary, self.binary, self.reduce, self.movement, self.movement,
+    families = [self.unary, self.unary, self.binary, self.binary, self.binary, self.reduce, self.movement,
+                self.movement,
                 self.index, self.cast]
     if len(x.shape) >= 1 and ref.is_float(x.dtype): families += [self.matmul, self.einsum]
     if x.shape and 0 not in x.shape: families += [self.gather]
     # a scan visits numel * 256 positions: on the PYTHON device a cumsum of 2^21 elements takes a minute
     if x.shape and 0 not in x.shape and _numel(x.shape) <= (1 << 16): families += [self.scan]
     if ref.is_float(x.dtype): families += [self.power]
-    if len(x.shape) >= 3 and 0 not in x.shape and ref.is_float(x.dtype) and x.dtype != "float16": families += [self.interpolate]
-    if len(x.shape) == 4 and 0 not in x.shape and ref.is_float(x.dtype) and x.bound is not None: families += [self.conv, self.pool] * 4
+    if len(x.shape) >= 3 and 0 not in x.shape and ref.is_float(x.dtype) and x.dtype != "float16":
+      families += [self.interpolate]
+    if len(x.shape) == 4 and 0 not in x.shape and ref.is_float(x.dtype) and x.bound is not None:
+      families += [self.conv, self.pool] * 4
     return self.c.choice(families)(x)
 
   def unary(self, x: Value) -> Value:
     c = self.c
     ops = ["neg", "exp", "log", "sqrt", "sin", "cos", "reciprocal", "abs", "sigmoid", "tanh", "square", "floor", "ceil",
-           "trunc", "round", "softplus", "silu", "exp2", "log2", "rsqrt", "hardsigmoid", "gelu", "quick_gelu", "elu", "sign"]
+           "trunc", "round", "softplus", "silu", "exp2", "log2", "rsqrt", "hardsigmoid", "gelu", "quick_gelu", "elu",
+           "sign"]
     if not x.nan: ops.append("relu")
     if x.zero_sign: ops = [o for o in ops if o not in ("reciprocal", "rsqrt")]   # 1/+0 and 1/-0 differ
     if ref.is_int(x.dtype) or x.dtype == "bool":
@@ -180,7 +190,8 @@ class Builder:
     op = c.choice(ops)
     out = x.dtype if ref.is_float(x.dtype) or op in ("neg", "abs") else "float32"
     bounded = {"neg": x.bound, "abs": x.bound, "sin": 1.0, "cos": 1.0, "sigmoid": 1.0, "tanh": 1.0, "hardsigmoid": 1.0,
-               "sign": 1.0, "floor": None if x.bound is None else x.bound + 1, "ceil": None if x.bound is None else x.bound + 1,
+               "sign": 1.0, "floor": None if x.bound is None else x.bound + 1, "ceil": None if x.bound is None
+               else x.bound + 1,
                "trunc": x.bound, "round": None if x.bound is None else x.bound + 1,
                "relu": x.bound, "square": None if x.bound is None else x.bound ** 2}
     bound = bounded.get(op)
@@ -191,7 +202,8 @@ class Builder:
     if out == "float16" and bound is not None and bound > 60000: bound = None
     # sin/cos of a large argument carry the argument's rounding error, exp multiplies it by the result
     carried = max(x.scale, x.bound if x.bound is not None else math.inf)   # sin(1e37) can be anything in [-1, 1]
-    scale = {"sin": carried, "cos": carried, "exp": carried * (bound or 1e3), "exp2": carried * (bound or 1e3)}.get(op, bound or 1.0)
+    scale = {"sin": carried, "cos": carried, "exp": carried * (bound or 1e3),
+             "exp2": carried * (bound or 1e3)}.get(op, bound or 1.0)
     v = self.new(x.shape, out, bound if not nan else None, nan=nan, terms=x.terms, scale=scale)
     return self.emit(v, f"t{x.name}.{op}()", f"ref.unary({op!r}, n{x.name}, {out!r})", op)
 
@@ -201,7 +213,8 @@ class Builder:
     shape = list(x.shape[c.integer(0, len(x.shape)):]) if x.shape else []
     shape = [1 if c.boolean(0.25) else s for s in shape]
     kind = "special" if self.special_inputs and c.boolean(0.1) else "normal"
-    return self.input(tuple(shape), dtype or (x.dtype if c.boolean(0.6) else self.dtype()), kind=kind if dtype != "bool" else "normal")
+    return self.input(tuple(shape), dtype or (x.dtype if c.boolean(0.6) else self.dtype()), kind=kind if dtype != "bool"
+                      else "normal")
 
   def binary(self, x: Value) -> Value:
     c = self.c
@@ -232,7 +245,8 @@ class Builder:
       sym = {"lt": "<", "eq": "==", "ne": "!=", "gt": ">"}[op]
       v = self.new(self._bshape(x, y), "bool", 1.0)
       if scalar:
-        return self.emit(v, f"(t{x.name} {sym} {rhs})", f"ref.binary({op!r}, ref.cast(n{x.name}, {out_base!r}), {nrhs}, 'bool')", op)
+        return self.emit(v, f"(t{x.name} {sym} {rhs})",
+                         f"ref.binary({op!r}, ref.cast(n{x.name}, {out_base!r}), {nrhs}, 'bool')", op)
       return self.emit(v, f"(t{x.name} {sym} {rhs})", f"ref.binary({op!r}, n{x.name}, {nrhs}, 'bool')", op)
     if op == "where":
       cond = self.new(x.shape, "bool", 1.0)
@@ -241,14 +255,17 @@ class Builder:
       bound = None if x.bound is None or other_bound is None else max(x.bound, other_bound)
       v = self.new(self._bshape(x, y), out_base, bound, nan=x.nan or (y is not None and y.nan))
       return self.emit(v, f"t{cond.name}.where(t{x.name}, {rhs})",
-                       f"np.where(n{cond.name}, ref.cast(n{x.name}, {out_base!r}), ref.cast({nrhs}, {out_base!r}))", "where")
+                       f"np.where(n{cond.name}, ref.cast(n{x.name}, {out_base!r}), ref.cast({nrhs}, {out_base!r}))",
+                       "where")
     out = ref.float_of(out_base) if op == "div" else out_base
     bound = self._binary_bound(op, x.bound, other_bound, out)
-    if bound is None and ref.is_int(out) and not out.startswith("u") and op not in ("xor",): op, bound = "xor", self._int_max(out)
+    if bound is None and ref.is_int(out) and not out.startswith("u") and op not in ("xor",):
+      op, bound = "xor", self._int_max(out)
     if bound is None and out.startswith("u"): bound = self._int_max(out)   # unsigned wraps: defined
     if op == "xor" and not (ref.is_int(out) or out == "bool"): op = "add"
     nan = ref.is_float(out) and (x.nan or (y is not None and y.nan) or bound is None or op in ("div", "mod"))
-    v = self.new(self._bshape(x, y), out, None if nan else bound, nan=nan, terms=max(x.terms, 1 if y is None else y.terms))
+    v = self.new(self._bshape(x, y), out, None if nan else bound, nan=nan,
+                 terms=max(x.terms, 1 if y is None else y.terms))
     sym = {"add": "+", "sub": "-", "mul": "*", "div": "/", "idiv": "//", "mod": "%", "xor": "^"}.get(op)
     tensor = f"(t{x.name} {sym} {rhs})" if sym else f"t{x.name}.{op}({rhs})"
     return self.emit(v, tensor, f"ref.binary({op!r}, n{x.name}, {nrhs}, {out!r})", op)
@@ -282,10 +299,12 @@ class Builder:
     ops = ["sum", "sum", "mean"] + ([] if x.nan or count == 0 else ["max", "min", "argmax", "prod"])
     op = c.choice(ops)
     magnitude = None if x.bound is None else count * math.log10(max(x.bound, 1.0))   # log10 of the product's bound
-    if op == "prod" and (magnitude is None or magnitude > 30 or (ref.is_int(ref.sum_dtype(x.dtype)) and magnitude > 15)):
+    if op == "prod" and (magnitude is None or magnitude > 30
+                         or (ref.is_int(ref.sum_dtype(x.dtype)) and magnitude > 15)):
       op = "sum"
     if op == "argmax" and (not isinstance(axis_arg, int) or x.dtype == "bool"): op = "sum"
-    if op == "sum" and ref.is_int(ref.sum_dtype(x.dtype)) and (x.bound is None or x.bound * count > self._int_max(ref.sum_dtype(x.dtype))):
+    int_sum = op == "sum" and ref.is_int(ref.sum_dtype(x.dtype))
+    if int_sum and (x.bound is None or x.bound * count > self._int_max(ref.sum_dtype(x.dtype))):
       op = "max" if not x.nan and count > 0 else "mean"
     kd = f", keepdim={keepdim}" if keepdim else ""
     ax = f"axis={axis_arg!r}"
@@ -297,10 +316,12 @@ class Builder:
     if op in ("max", "min"):
       v = self.new(shape, x.dtype, x.bound, nan=x.nan, terms=x.terms)
       fn = "np.max" if op == "max" else "np.min"
-      return self.emit(v, f"t{x.name}.{op}({ax}{kd})", f"np.asarray({fn}(n{x.name}, axis={npax}, keepdims={keepdim}))", op)
+      return self.emit(v, f"t{x.name}.{op}({ax}{kd})", f"np.asarray({fn}(n{x.name}, axis={npax}, keepdims={keepdim}))",
+                       op)
     out = ref.sum_dtype(x.dtype) if op != "mean" else ref.float_of(x.dtype)
     if op == "prod": out = x.dtype if x.dtype != "bool" else "bool"
-    bound = None if x.bound is None else (x.bound * count if op == "sum" else x.bound if op == "mean" else max(x.bound, 1.0) ** count)
+    bound = None if x.bound is None else (x.bound * count if op == "sum" else x.bound if op == "mean"
+                                          else max(x.bound, 1.0) ** count)
     if bound is not None and out == "float16" and bound > 60000: bound = None
     nan = ref.is_float(out) and (x.nan or bound is None)
     v = self.new(shape, out, None if nan else bound, nan=nan, terms=x.terms * count)
@@ -338,11 +359,14 @@ class Builder:
       pads = tuple((c.integer(-min(1, s - 1), 2), c.integer(-min(1, s - 1), 2)) for s in shape)
       pads = tuple((b, max(a, 1 - s - b)) for (b, a), s in zip(pads, shape))   # never cut an axis to nothing
       mode = c.choice(["constant", "constant", "reflect", "replicate", "circular"])
-      if mode == "reflect" and any(max(b, a) > s - 1 + min(b, 0) + min(a, 0) for (b, a), s in zip(pads, shape)): mode = "constant"
-      if mode == "circular" and any(max(b, a) > s + min(b, 0) + min(a, 0) for (b, a), s in zip(pads, shape)): mode = "constant"
+      if mode == "reflect" and any(max(b, a) > s - 1 + min(b, 0) + min(a, 0) for (b, a), s in zip(pads, shape)):
+        mode = "constant"
+      if mode == "circular" and any(max(b, a) > s + min(b, 0) + min(a, 0) for (b, a), s in zip(pads, shape)):
+        mode = "constant"
       if mode != "constant":
         return self.emit(self.new(tuple(s + b + a for s, (b, a) in zip(shape, pads)), x.dtype, x.bound, x.nan, x.terms),
-                         f"t{x.name}.pad({pads!r}, mode={mode!r})", f"ref.pad_mode(n{x.name}, {pads!r}, {mode!r})", "pad")
+                         f"t{x.name}.pad({pads!r}, mode={mode!r})", f"ref.pad_mode(n{x.name}, {pads!r}, {mode!r})",
+                         "pad")
       value = c.choice([0, 0, 1, -2]) if x.dtype != "bool" else 0
       if x.dtype.startswith("u"): value = abs(value)
       kw = f", value={value}" if value else ""
@@ -376,7 +400,8 @@ class Builder:
       y = self.input(shape, x.dtype)
       bound = None if x.bound is None or y.bound is None else max(x.bound, y.bound)
       return self.emit(self.new(shape[:dim] + (2,) + shape[dim:], x.dtype, bound, x.nan or y.nan, x.terms),
-                       f"Tensor.stack(t{x.name}, t{y.name}, dim={dim})", f"np.stack([n{x.name}, n{y.name}], axis={dim})", "stack")
+                       f"Tensor.stack(t{x.name}, t{y.name}, dim={dim})",
+                       f"np.stack([n{x.name}, n{y.name}], axis={dim})", "stack")
     return self.index(x)
 
   def _refactor(self, n: int) -> tuple:
@@ -413,7 +438,9 @@ class Builder:
       if c.boolean(0.1): tensor_parts.append("None"); numpy_parts.append("None"); shape.append(1)
       if axis == tensor_axis and extent > 0:
         picks = [c.integer(-extent, extent - 1) for _ in range(c.integer(1, 4))]
-        tensor_parts.append(f"Tensor({picks!r}, device=DEV)"); numpy_parts.append(f"np.array({picks!r})"); shape.append(len(picks))
+        tensor_parts.append(f"Tensor({picks!r}, device=DEV)")
+        numpy_parts.append(f"np.array({picks!r})")
+        shape.append(len(picks))
       else:
         kind = c.choice(["slice", "slice", "all"] + ([] if tensor_axis is not None or extent == 0 else ["int", "int"]))
         if kind == "int": text = str(c.integer(-extent, extent - 1))
@@ -422,7 +449,8 @@ class Builder:
           step = c.choice([1, 1, 2, 3, -1, -2])
           start, stop = c.integer(-extent - 1, extent + 1), c.integer(-extent - 1, extent + 1)
           text = f"{start}:{stop}:{step}" if c.boolean(0.7) else f"::{step}"
-          if not self.special_inputs and not range(extent)[slice(start, stop, step)]: text = f"::{step}"   # finite differences: no empty values"
+          if not self.special_inputs and not range(extent)[slice(start, stop, step)]:
+            text = f"::{step}"   # finite differences: no empty values"
         tensor_parts.append(text); numpy_parts.append(text)
         if kind != "int":
           bounds = [int(p) if p else None for p in text.split(":")] if text != ":" else [None]
@@ -444,11 +472,13 @@ class Builder:
         v = self.new(x.shape, x.dtype, x.bound, x.nan, x.terms)
         self.emit(v, f"t{x.name}.abs()", f"ref.unary('abs', n{x.name}, {x.dtype!r})", "abs")
         x = v
-    if ref.is_int(target) and ref.is_int(x.dtype) and not target.startswith("u") and (x.bound is None or x.bound > ref.int_range(target)[1]):
+    signed_int = ref.is_int(target) and ref.is_int(x.dtype) and not target.startswith("u")
+    if signed_int and (x.bound is None or x.bound > ref.int_range(target)[1]):
       target = "int64" if not x.dtype == "uint64" else "float64"
     if target == "float16" and (x.bound is None or x.bound > 60000): target = "float32"
     bound = x.bound if target != "bool" else 1.0
-    if ref.is_int(target) and target.startswith("u") and ref.is_int(x.dtype) and x.dtype[0] != "u": bound = self._int_max(target)
+    if ref.is_int(target) and target.startswith("u") and ref.is_int(x.dtype) and x.dtype[0] != "u":
+      bound = self._int_max(target)
     v = self.new(x.shape, target, bound, x.nan and ref.is_float(target), x.terms)
     return self.emit(v, f"t{x.name}.cast(dtypes.{target})", f"ref.cast(n{x.name}, {target!r})", "cast")
 
@@ -465,7 +495,8 @@ class Builder:
     if len(x.shape) == 1 and len(wshape) == 1: shape = ()
     elif len(wshape) == 1: shape = x.shape[:-1]
     elif len(x.shape) == 1: shape = wshape[:-2] + wshape[-1:]
-    else: shape = self._bshape(Value("", x.shape[:-2], "", 0), Value("", wshape[:-2], "", 0)) + (x.shape[-2], wshape[-1])
+    else:
+      shape = self._bshape(Value("", x.shape[:-2], "", 0), Value("", wshape[:-2], "", 0)) + (x.shape[-2], wshape[-1])
     bound = None if x.bound is None else x.bound * 3 * k
     v = self.new(shape, out, bound, x.nan or bound is None, x.terms * k)
     return self.emit(v, f"(t{x.name} @ t{w.name})",
@@ -485,21 +516,24 @@ class Builder:
     c = self.c
     axis = c.integer(-len(x.shape), len(x.shape) - 1)
     length = x.shape[axis]
-    sums = ref.is_float(x.dtype) or (x.dtype in ("int32", "int64") and x.bound is not None and x.bound * length < 2 ** 31)
+    sums = ref.is_float(x.dtype) or (x.dtype in ("int32", "int64") and x.bound is not None
+                                     and x.bound * length < 2 ** 31)
     op = "cumsum" if sums and (x.nan or c.boolean(0.6)) else "cummax"
     if op == "cummax" and (x.nan or x.dtype == "bool"): return self.unary(x) if ref.is_float(x.dtype) else self.cast(x)
     bound = None if x.bound is None else (x.bound * length if op == "cumsum" else x.bound)
     v = self.new(x.shape, x.dtype, bound, nan=x.nan or (op == "cumsum" and bound is None and ref.is_float(x.dtype)),
                  terms=x.terms * (length if op == "cumsum" else 1))
-    numpy = f"ref.cast(np.cumsum(ref.cast(n{x.name}, 'float64'), axis={axis}), {x.dtype!r})" if op == "cumsum" and ref.is_float(x.dtype) \
-      else f"np.cumsum(n{x.name}, axis={axis}).astype({x.dtype!r})" if op == "cumsum" else f"np.maximum.accumulate(n{x.name}, axis={axis})"
+    if op != "cumsum": numpy = f"np.maximum.accumulate(n{x.name}, axis={axis})"
+    elif ref.is_float(x.dtype): numpy = f"ref.cast(np.cumsum(ref.cast(n{x.name}, 'float64'), axis={axis}), {x.dtype!r})"
+    else: numpy = f"np.cumsum(n{x.name}, axis={axis}).astype({x.dtype!r})"
     return self.emit(v, f"t{x.name}.{op}({axis})", numpy, op)
 
   def gather(self, x: Value) -> Value:
     """x.gather(dim, index) with an int index tensor of x's rank (its extent along dim may differ)."""
     c = self.c
     dim = c.integer(0, len(x.shape) - 1)
-    if x.shape[dim] > 4096: return self.index(x)   # its one-hot mask needs an arange: n^2 positions on the PYTHON device
+    if x.shape[dim] > 4096:
+      return self.index(x)   # its one-hot mask needs an arange: n^2 positions on the PYTHON device
     shape = tuple(c.integer(1, 3) if a == dim else c.integer(1, s) for a, s in enumerate(x.shape))
     picks = ref.data(shape, "int64", seed=0, kind="normal")   # only for its shape: the values are drawn below
     values = [c.integer(0, x.shape[dim] - 1) for _ in range(picks.size)]
@@ -529,9 +563,11 @@ class Builder:
     if kind == "reduce":
       out = "".join(l for l in letters if c.boolean(0.5))[::-1]
       shape = tuple(x.shape[letters.index(l)] for l in out)
-      v = self.new(shape, x.dtype, None if x.bound is None else x.bound * math.prod(x.shape), x.nan, x.terms * max(1, math.prod(x.shape)))
+      v = self.new(shape, x.dtype, None if x.bound is None else x.bound * math.prod(x.shape), x.nan,
+                   x.terms * max(1, math.prod(x.shape)))
       return self.emit(v, f"Tensor.einsum({letters + '->' + out!r}, t{x.name})",
-                       f"ref.cast(np.einsum({letters + '->' + out!r}, ref.cast(n{x.name}, 'float64')), {x.dtype!r})", "einsum")
+                       f"ref.cast(np.einsum({letters + '->' + out!r}, ref.cast(n{x.name}, 'float64')), {x.dtype!r})",
+                       "einsum")
     k = x.shape[-1]
     other = (k, c.integer(1, 4)) if kind == "contract" else (c.integer(1, 4),)
     y = self.input(other, x.dtype, kind="normal")
@@ -540,7 +576,8 @@ class Builder:
     bound = None if x.bound is None else x.bound * 3 * (k if kind == "contract" else 1)
     v = self.new(shape, x.dtype, bound, x.nan or bound is None, x.terms * (k if kind == "contract" else 1))
     return self.emit(v, f"Tensor.einsum({formula!r}, t{x.name}, t{y.name})",
-                     f"ref.cast(np.einsum({formula!r}, ref.cast(n{x.name}, 'float64'), ref.cast(n{y.name}, 'float64')), {x.dtype!r})",
+                     f"ref.cast(np.einsum({formula!r}, ref.cast(n{x.name}, 'float64'), ref.cast(n{y.name}, "
+                     f"'float64')), {x.dtype!r})",
                      "einsum")
 
   def conv(self, x: Value) -> Value:
@@ -551,9 +588,11 @@ class Builder:
     cout = groups * c.integer(1, 3)
     k = c.integer(1, min(3, h, w))
     stride, padding, dilation = c.choice([1, 1, 2]), c.choice([0, 0, 1, 2]), c.choice([1, 1, 2])
-    if (h + 2 * padding - dilation * (k - 1) - 1) < 0 or (w + 2 * padding - dilation * (k - 1) - 1) < 0: dilation, padding = 1, 1
+    if (h + 2 * padding - dilation * (k - 1) - 1) < 0 or (w + 2 * padding - dilation * (k - 1) - 1) < 0:
+      dilation, padding = 1, 1
     wt = self.input((cout, cin // groups, k, k), x.dtype, kind="normal")
-    oh, ow = (h + 2 * padding - dilation * (k - 1) - 1) // stride + 1, (w + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+    oh, ow = ((h + 2 * padding - dilation * (k - 1) - 1) // stride + 1,
+              (w + 2 * padding - dilation * (k - 1) - 1) // stride + 1)
     terms = cin // groups * k * k
     v = self.new((n, cout, oh, ow), x.dtype, x.bound * 3 * terms, False, x.terms * terms)
     args = f"stride={stride}, padding={padding}, dilation={dilation}, groups={groups}"
@@ -572,7 +611,8 @@ class Builder:
     v = self.new(x.shape[:-2] + (oh, ow), x.dtype, x.bound, False, x.terms * k * k)
     extra = f", count_include_pad={include}" if how == "avg" else ""
     return self.emit(v, f"t{x.name}.{how}_pool2d(kernel_size=({k}, {k}), stride={stride}, padding={padding}{extra})",
-                     f"ref.cast(ref.pool2d(n{x.name}, {k}, {stride}, {padding}, {how!r}, {include}), {x.dtype!r})", f"{how}_pool2d")
+                     f"ref.cast(ref.pool2d(n{x.name}, {k}, {stride}, {padding}, {how!r}, {include}), {x.dtype!r})",
+                     f"{how}_pool2d")
 
   def check(self, v: Value) -> None:
     if not ref.is_float(v.dtype): return self.program.checks.append(Check(f"t{v.name}", f"n{v.name}", v.dtype))
@@ -587,7 +627,8 @@ def values_program(c) -> Program:
   """Created tensors, then a chain of ops; the last value and one earlier value are checked against numpy."""
   b = Builder(c, "values")
   if c.boolean(0.15):   # an image batch (N, C, H, W) for convolutions and pooling
-    x = b.input((c.integer(1, 2), c.integer(1, 4), c.integer(3, 9), c.integer(3, 9)), b.dtype(floats_only=True), kind="normal")
+    x = b.input((c.integer(1, 2), c.integer(1, 4), c.integer(3, 9), c.integer(3, 9)), b.dtype(floats_only=True),
+                kind="normal")
   else: x = b.created()
   for _ in range(c.integer(1, 8)):
     if _numel(x.shape) > (1 << 21): x = b.reduce(x)
@@ -613,7 +654,8 @@ def gradient_program(c) -> Program:
   x = inputs[0]
   grew = False   # one exp or square per program: exp(exp(exp(x))) overflows float64 and its finite differences are NaN
   for _ in range(c.integer(1, 5)):
-    kind = c.choice(["unary", "binary", "reduce", "movement", "movement", "index", "matmul"] + ["conv", "pool"] * (len(x.shape) == 4))
+    kind = c.choice(["unary", "binary", "reduce", "movement", "movement", "index",
+                     "matmul"] + ["conv", "pool"] * (len(x.shape) == 4))
     if kind in ("conv", "pool"): x = b.conv(x) if kind == "conv" else b.pool(x)
     elif kind == "unary":
       op = c.choice(_SMOOTH)
@@ -622,7 +664,8 @@ def gradient_program(c) -> Program:
       x = b.emit(v, f"t{x.name}.{op}()", f"ref.unary({op!r}, n{x.name}, 'float64')", op)
     elif kind == "binary":
       trained = c.boolean(0.5)
-      y = b.input(x.shape[c.integer(0, len(x.shape)):] if x.shape else (), "float64", kind="positive", requires_grad=trained)
+      y = b.input(x.shape[c.integer(0, len(x.shape)):] if x.shape else (), "float64", kind="positive",
+                  requires_grad=trained)
       if trained: inputs.append(y)
       op = c.choice(["add", "sub", "mul", "div"])
       sym = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[op]
@@ -658,7 +701,8 @@ def gradient_program(c) -> Program:
   return b.program
 
 
-_DERIVATIVES = ["sigmoid", "tanh", "gelu", "quick_gelu", "hardsigmoid", "exp", "sin", "sqrt", "rsqrt", "log", "reciprocal",
+_DERIVATIVES = ["sigmoid", "tanh", "gelu", "quick_gelu", "hardsigmoid", "exp", "sin", "sqrt", "rsqrt", "log",
+                "reciprocal",
                 "square", "softplus", "silu", "relu", "exp2", "log2", "cos"]
 
 
@@ -666,12 +710,15 @@ def derivative_program(c) -> Program:
   """The gradient of one unary function at special inputs (+-300..400, 0, tiny, large) against its closed form."""
   b = Builder(c, "gradient")
   op = c.choice(_DERIVATIVES)
-  points = [c.choice([-400.0, -300.0, -88.0, -3.0, -1.0, -1e-30, 0.0, 1e-30, 0.5, 2.0, 3.0, 88.0, 300.0, 400.0]) for _ in range(c.integer(1, 6))]
+  points = [c.choice([-400.0, -300.0, -88.0, -3.0, -1.0, -1e-30, 0.0, 1e-30, 0.5, 2.0, 3.0, 88.0, 300.0,
+                      400.0]) for _ in range(c.integer(1, 6))]
   dtype = c.choice(["float32", "float32", "float64"])
   x = b.new((len(points),), dtype, None)
-  b.emit(x, f"Tensor({points!r}, dtype=dtypes.{dtype}, device=DEV, requires_grad=True)", f"np.array({points!r}, dtype={dtype!r})", "Tensor")
+  b.emit(x, f"Tensor({points!r}, dtype=dtypes.{dtype}, device=DEV, requires_grad=True)",
+         f"np.array({points!r}, dtype={dtype!r})", "Tensor")
   g = b.new((len(points),), dtype, None)
-  b.emit(g, f"t{x.name}.{op}().sum().gradient(t{x.name})[0]", f"ref.cast(ref.derivative({op!r}, n{x.name}), {dtype!r})", "gradient")
+  b.emit(g, f"t{x.name}.{op}().sum().gradient(t{x.name})[0]", f"ref.cast(ref.derivative({op!r}, n{x.name}), {dtype!r})",
+         "gradient")
   b.program.checks.append(Check(f"t{g.name}", f"n{g.name}", dtype, atol=1e-6, rtol=1e-3))
   b.program.ops.add(op)
   return b.program
@@ -695,7 +742,8 @@ def optimizer_program(c) -> Program:
     kwargs = f"lr={lr}" + (f", weight_decay={wd}" if opt == "AdamW" else "")
   o = b.new(shape, "float32", None)
   b.program.add(f"opt = nn.optim.{opt}([t{w.name}], {kwargs})", "")
-  b.program.add(f"with Tensor.train():\n  for _ in range({steps}):\n    opt.zero_grad()\n    ((t{w.name} * t{x.name}).sum() + "
+  b.program.add(f"with Tensor.train():\n  for _ in range({steps}):\n    opt.zero_grad()\n    ((t{w.name} * "
+                f"t{x.name}).sum() + "
                 f"(t{w.name} * t{w.name}).sum() / 2).backward()\n    opt.step()\nt{o.name} = t{w.name}",
                 f"n{o.name} = ref.optimizer_steps({opt!r}, n{w.name}, n{x.name}, {steps}, {kwargs})")
   b.program.ops.add(opt)

@@ -21,7 +21,8 @@ _WIDENS = {
   "uint8": ("int16", "uint16"), "uint16": ("int32", "uint32"), "uint32": ("int64", "uint64"), "uint64": ("float16",),
   "float16": ("float32",), "float32": ("float64",), "float64": (),
 }
-_ORDER = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64"]
+_ORDER = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32",
+          "float64"]
 INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 FLOATS = ("float16", "float32", "float64")
 DTYPES = ("bool",) + INTS + FLOATS
@@ -89,7 +90,8 @@ def binary(op: str, a, b, out_dtype: str) -> np.ndarray:
     if op in ("lt", "gt", "eq", "ne", "le", "ge"):
       dtype = promote(str(a.dtype), str(b.dtype))
       a, b = cast(a, dtype), cast(b, dtype)
-      return {"lt": np.less, "gt": np.greater, "eq": np.equal, "ne": np.not_equal, "le": np.less_equal, "ge": np.greater_equal}[op](a, b)
+      return {"lt": np.less, "gt": np.greater, "eq": np.equal, "ne": np.not_equal, "le": np.less_equal,
+              "ge": np.greater_equal}[op](a, b)
     a, b = cast(a, out_dtype), cast(b, out_dtype)
     if op == "add": return (a + b).astype(out_dtype)
     if op == "sub": return (a - b).astype(out_dtype)
@@ -156,7 +158,8 @@ def derivative(op: str, x: np.ndarray) -> np.ndarray:
       "relu": (v > 0).astype(np.float64), "exp2": np.exp2(v) * np.log(2), "log2": 1 / (v * np.log(2)),
       "rsqrt": -0.5 * v ** -1.5, "softplus": s, "silu": s * (1 + v * (1 - s)),
       "hardsigmoid": np.where((v > -3) & (v < 3), 1 / 6, 0.0),
-      "gelu": 0.5 * (1 + np.tanh(inner)) + 0.5 * v * (1 - np.tanh(inner) ** 2) * 0.7978845608 * (1 + 3 * 0.044715 * v * v),
+      "gelu": 0.5 * (1 + np.tanh(inner))
+              + 0.5 * v * (1 - np.tanh(inner) ** 2) * 0.7978845608 * (1 + 3 * 0.044715 * v * v),
       "quick_gelu": 1 / (1 + np.exp(-1.702 * v)) + v * 1.702 * np.exp(-1.702 * v) / (1 + np.exp(-1.702 * v)) ** 2,
     }[op]
 
@@ -201,7 +204,8 @@ def pad_mode(x, pads, mode: str) -> np.ndarray:
   x = np.asarray(x)
   cut = tuple(slice(max(-b, 0), x.shape[i] - max(-a, 0)) for i, (b, a) in enumerate(pads))
   x = x[cut]
-  return np.pad(x, [(max(b, 0), max(a, 0)) for b, a in pads], mode={"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode])
+  return np.pad(x, [(max(b, 0), max(a, 0)) for b, a in pads],
+                mode={"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode])
 
 
 def matmul(a, b, out_dtype: str) -> np.ndarray:
@@ -242,9 +246,11 @@ def interpolate(x, size: tuple, mode: str, align_corners: bool) -> np.ndarray:
     n = out.shape[axis]
     i = np.arange(m, dtype=np.float64)
     if mode == "nearest": out = np.take(out, np.minimum(np.floor(i * n / m), n - 1).astype(int), axis=axis)
-    elif mode == "nearest-exact": out = np.take(out, np.minimum(np.floor((i + 0.5) * n / m), n - 1).astype(int), axis=axis)
+    elif mode == "nearest-exact":
+      out = np.take(out, np.minimum(np.floor((i + 0.5) * n / m), n - 1).astype(int), axis=axis)
     else:
-      src = (i * (n - 1) / (m - 1) if m > 1 else np.zeros(m)) if align_corners else np.maximum((i + 0.5) * n / m - 0.5, 0)
+      src = (i * (n - 1) / (m - 1) if m > 1
+             else np.zeros(m)) if align_corners else np.maximum((i + 0.5) * n / m - 0.5, 0)
       lo = np.minimum(np.floor(src), n - 1).astype(int)
       hi = np.minimum(lo + 1, n - 1)
       w = (src - lo).reshape([-1 if a == axis else 1 for a in range(out.ndim)])
@@ -265,7 +271,8 @@ def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
     g = o // per_group
     for i in range(kh):
       for j in range(kw):
-        patch = x[:, g * cin_g:(g + 1) * cin_g, i * dilation:i * dilation + stride * oh:stride, j * dilation:j * dilation + stride * ow:stride]
+        patch = x[:, g * cin_g:(g + 1) * cin_g, i * dilation:i * dilation + stride * oh:stride,
+                  j * dilation:j * dilation + stride * ow:stride]
         out[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, i, j])
   return out
 
@@ -285,7 +292,8 @@ def pool2d(x, kernel: int, stride: int, padding: int, how: str, count_include_pa
       window = xp[..., a * stride:a * stride + kernel, b * stride:b * stride + kernel]
       if how == "max": out[..., a, b] = window.max(axis=(-1, -2))
       else:
-        count = kernel * kernel if count_include_pad else ones[a * stride:a * stride + kernel, b * stride:b * stride + kernel].sum()
+        count = kernel * kernel if count_include_pad else ones[a * stride:a * stride + kernel,
+                                                               b * stride:b * stride + kernel].sum()
         out[..., a, b] = window.sum(axis=(-1, -2)) / count
   return out
 
@@ -295,7 +303,8 @@ def tolerance(dtype: str) -> tuple[float, float]:
   return {"float16": (2e-2, 2e-2), "float32": (2e-4, 1e-5), "float64": (1e-9, 1e-12)}.get(dtype, (0.0, 0.0))
 
 
-def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float = None, atol: float = None, scaled: bool = False) -> str:
+def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float = None, atol: float = None,
+             scaled: bool = False) -> str:
   """'' when `actual` equals `expected` under the dtype's policy (ints and bools exact, floats close, NaN and
   infinities equal to themselves); else a one-line description of the first difference. With `scaled`, atol is
   relative to the largest finite |expected| (finite differences lose digits of small entries next to large ones)."""
@@ -335,7 +344,8 @@ def argmax(x, axis: int, keepdim: bool) -> np.ndarray:
 def uniform_like(values: np.ndarray) -> np.ndarray:
   """Random floats are not recomputed here: the check is their range (and, across devices, their equality)."""
   values = np.asarray(values)
-  if values.size and not (np.all(values >= 0) and np.all(values < 1)): raise AssertionError(f"rand gave values outside [0, 1): {values}")
+  if values.size and not (np.all(values >= 0) and np.all(values < 1)):
+    raise AssertionError(f"rand gave values outside [0, 1): {values}")
   return values
 
 

@@ -17,7 +17,8 @@ DEVICES = ("CPU", "PYTHON")
 @dataclass
 class Failure:
   device: str
-  kind: str   # "raised" (the compiler raised), "mismatch", "devices" (CPU and PYTHON differ), "slow", "oracle" (a generator bug)
+  # "raised" (the compiler raised), "mismatch", "devices" (CPU and PYTHON differ), "slow", "oracle" (a generator bug)
+  kind: str
   message: str
 
   def signature(self) -> str:
@@ -33,7 +34,8 @@ def _namespace(device: str) -> dict:
 
 
 class ProgramTimeout(BaseException):
-  """Raised into a program that runs too long (a BaseException: the compiler's own `except Exception` must not eat it)."""
+  """Raised into a program that runs too long (a BaseException: the compiler's own `except Exception` must not eat
+  it)."""
 
 
 @contextlib.contextmanager
@@ -73,7 +75,8 @@ def execute(program: Program, device: str, timeout: float = 0) -> tuple[dict, li
     try: expected = eval(check.expected, env)
     except Exception as e:
       failures.append(Failure(device, "oracle", _one_line(e))); continue
-    problem = ref.mismatch(values[check.tensor], np.asarray(expected), check.dtype, rtol=check.rtol, atol=check.atol or None,
+    problem = ref.mismatch(values[check.tensor], np.asarray(expected), check.dtype, rtol=check.rtol, atol=check.atol
+                           or None,
                            scaled=check.scaled)
     if problem: failures.append(Failure(device, "mismatch", f"{check.tensor}: {problem}"))
   return env, failures

@@ -38,7 +38,8 @@ WORKLOADS: dict[str, Callable[[], dict]] = {
   "assign_orderings": edge_cases.assign_orderings, "big_reductions": edge_cases.big_reductions,
   "constant_reductions": edge_cases.constant_reductions, "disk_views": edge_cases.disk_views,
   "special_values": edge_cases.special_values,
-  "upsampling_decoder": new_ops.upsampling_decoder, "einsum_attention": new_ops.einsum_attention, "nll_classifier": new_ops.nll_classifier,
+  "upsampling_decoder": new_ops.upsampling_decoder, "einsum_attention": new_ops.einsum_attention,
+  "nll_classifier": new_ops.nll_classifier,
   "large_layers": sizes.large_layers, "mixed_dtypes": sizes.mixed_dtypes,
   "residual_mlp_step": deep.residual_mlp_step, "transformer_encoder": deep.transformer_encoder,
   **{f"ref_{r['name']}": _reference_workload(r) for r in reference_rows()},
@@ -70,5 +71,6 @@ def all_runs(variants: bool = True) -> dict[str, Callable[[], dict]]:
   runs = dict(WORKLOADS)
   if variants:
     for variant in VARIANTS:
-      runs.update({f"{name}[{variant}]": (lambda fn=fn, v=variant: run_variant(fn, v)) for name, fn in WORKLOADS.items()})
+      runs.update({f"{name}[{variant}]": (lambda fn=fn,
+                                          v=variant: run_variant(fn, v)) for name, fn in WORKLOADS.items()})
   return runs

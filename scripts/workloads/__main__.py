@@ -1,4 +1,5 @@
-"""python -m scripts.workloads [--list] [--only NAME...] [--no-variants] [--jobs N]: run the corpus, one line per workload.
+"""python -m scripts.workloads [--list] [--only NAME...] [--no-variants] [--jobs N]: run the corpus, one line per
+workload.
 
 Each workload runs inside `replay_location("workload:NAME")`, so its captures say which workload they belong to.
 With --jobs N, N forked processes run the workloads (a workload and its variants stay in one process, so their
@@ -31,14 +32,17 @@ def _run_group(names: list[str]) -> tuple[list[tuple[str, int, float, str]], tup
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog="python -m scripts.workloads", description="Run the bundled workload corpus.")
   parser.add_argument("--list", action="store_true", help="list the workloads and exit")
-  parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these workloads (prefix match, e.g. ref_ or mlp_sgd[PYTHON])")
-  parser.add_argument("--no-variants", action="store_true", help="run each workload once, on CPU with default flags (no PYTHON or flag variants)")
+  parser.add_argument("--only", nargs="+", metavar="NAME",
+                      help="run only these workloads (prefix match, e.g. ref_ or mlp_sgd[PYTHON])")
+  parser.add_argument("--no-variants", action="store_true",
+                      help="run each workload once, on CPU with default flags (no PYTHON or flag variants)")
   parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="run workloads in N processes (default 1)")
   args = parser.parse_args(argv)
   from scripts.workloads import all_runs
   runs = all_runs(variants=not args.no_variants)
   if args.list:
-    for name, fn in runs.items(): print(f"{name:<40} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
+    for name, fn in runs.items():
+      print(f"{name:<40} {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
     return 0
   names = list(runs)
   if args.only:
@@ -61,7 +65,8 @@ def main(argv=None) -> int:
     with multiprocessing.get_context("fork").Pool(min(args.jobs, len(groups))) as pool:
       for outcome in pool.imap_unordered(_run_group, groups.values()): report(outcome)
     if os.getenv("COMPILE_PROGRESS", "0") not in ("", "0"):   # the worker processes end without their own summary
-      print(f"compiled {builds[0]} kernels ({builds[2]:.1f} s of compiler time in {min(args.jobs, len(groups))} processes), "
+      print(f"compiled {builds[0]} kernels ({builds[2]:.1f} s of compiler time in {min(args.jobs, len(groups))} "
+            f"processes), "
             f"{builds[1]} from the cache", file=sys.stderr)
   else:
     for group in groups.values(): report(_run_group(group))

@@ -39,7 +39,8 @@ def residual_mlp_step(lr: float = 0.05) -> dict:
 def encoder_weights(rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
   d, scale = MODEL_WIDTH, 1 / np.sqrt(MODEL_WIDTH)
   def w(*shape): return (rng.standard_normal(shape) * scale).astype(np.float32)
-  return [{"wq": w(d, d), "wk": w(d, d), "wv": w(d, d), "wo": w(d, d), "w1": w(d, 2 * d), "w2": w(2 * d, d)} for _ in range(ENCODER_BLOCKS)]
+  return [{"wq": w(d, d), "wk": w(d, d), "wv": w(d, d), "wo": w(d, d), "w1": w(d, 2 * d),
+           "w2": w(2 * d, d)} for _ in range(ENCODER_BLOCKS)]
 
 
 def transformer_encoder() -> dict:

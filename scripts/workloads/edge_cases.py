@@ -10,8 +10,10 @@ def int_arith_negative() -> dict:
   a = Tensor(np.array([-7, -6, -1, 0, 1, 5, 7, -128, 127, -2**20], dtype=np.int32)).realize()
   b = Tensor(np.array([2, -4, 3, 5, -3, -5, 2, 7, -8, 3], dtype=np.int32)).realize()
   wrapped = a.cast(dtypes.uint32)   # shifts are defined on unsigned integers: negative values wrap around first
-  outs = [a // b, a % b, a * -3 + b, a // -3, a % 7, wrapped << 3, wrapped >> 5, (-a).cast(dtypes.uint32) >> 1, a.maximum(b) - a.minimum(b),
-          (a.cast(dtypes.float32) / 3).cast(dtypes.int32), a.cast(dtypes.int8), a.cast(dtypes.uint8), (a * 3 // -2).abs(),
+  outs = [a // b, a % b, a * -3 + b, a // -3, a % 7, wrapped << 3, wrapped >> 5, (-a).cast(dtypes.uint32) >> 1,
+          a.maximum(b) - a.minimum(b),
+          (a.cast(dtypes.float32) / 3).cast(dtypes.int32), a.cast(dtypes.int8), a.cast(dtypes.uint8),
+          (a * 3 // -2).abs(),
           a.sign() * (a.abs() % 4), (a < b).where(a, -b),
           a / b, (a % 5).exp2(), a * 0.5]   # integers promoted to float: true division, a float op, a float scalar
   Tensor.realize(*outs)
@@ -30,9 +32,12 @@ def nested_views() -> dict:
           base[:5, :7].pad(((1, 3), (2, 0))).flip(0).contiguous(), base[2:, 1:].pad(((0, 2), (3, 1))).flip((0, 1)) + 1,
           base[1:4].pad(((2, 1), (1, 2))).flip(1).sum(0),
           # strided and offset reshapes whose index divisions reach their divisor exactly
-          base.reshape(96)[1:95].reshape(2, 47)[:, ::3].contiguous(), base.reshape(96)[5:].reshape(7, 13)[:, 1:].reshape(12, 7).sum(1),
-          # permuted views flattened and cut one past an inner extent: index // and % whose numerator reaches the divisor
-          base[:4, :6].permute(1, 0).reshape(24)[:5].contiguous(), base[:2, :12].reshape(2, 3, 4).permute(2, 0, 1).reshape(24)[:7] * 3]
+          base.reshape(96)[1:95].reshape(2, 47)[:, ::3].contiguous(),
+          base.reshape(96)[5:].reshape(7, 13)[:, 1:].reshape(12, 7).sum(1),
+          # permuted views flattened and cut one past an inner extent: index // and % whose numerator reaches the
+          # divisor
+          base[:4, :6].permute(1, 0).reshape(24)[:5].contiguous(),
+          base[:2, :12].reshape(2, 3, 4).permute(2, 0, 1).reshape(24)[:7] * 3]
   Tensor.realize(*outs)
   return {"outputs": [o.numpy() for o in outs]}
 
@@ -41,8 +46,10 @@ def constant_reductions() -> dict:
   """Reductions whose input is a constant or a masked constant (max, min, prod and sum of fills, pads and
   triangles), which the scheduler folds or keeps depending on the reduce op and FUSE_ARANGE."""
   outs = [Tensor.full((4, 8), 2.5).max(1), Tensor.full((3, 5), -1.5).min(0), Tensor.full((6,), 1.5).prod(),
-          Tensor.ones(4, 4).pad(((1, 0), (0, 2)), value=-3.0).max(0), Tensor.ones(5, 5).tril().max(1), Tensor.ones(5, 5).triu(1).sum(0),
-          Tensor.ones(8).cumsum().max(), Tensor.full((4, 6), 3).cummax(1).sum(0), (Tensor.arange(12).reshape(3, 4) * 0 + 2).max(1)]
+          Tensor.ones(4, 4).pad(((1, 0), (0, 2)), value=-3.0).max(0), Tensor.ones(5, 5).tril().max(1),
+          Tensor.ones(5, 5).triu(1).sum(0),
+          Tensor.ones(8).cumsum().max(), Tensor.full((4, 6), 3).cummax(1).sum(0),
+          (Tensor.arange(12).reshape(3, 4) * 0 + 2).max(1)]
   Tensor.realize(*outs)
   return {"outputs": [o.numpy() for o in outs]}
 
@@ -85,11 +92,13 @@ def special_values_input() -> np.ndarray:
 
 def special_values() -> dict:
   """IEEE special values (NaN, infinities, signed zero) through comparisons, arithmetic, math functions and
-  reductions (max only where no NaN is left: which NaN wins a max is not specified), on tensors large enough that the C compiler optimizes their kernels: x != x, x - x, 1/x, sqrt and sums
+  reductions (max only where no NaN is left: which NaN wins a max is not specified), on tensors large enough that
+  the C compiler optimizes their kernels: x != x, x - x, 1/x, sqrt and sums
   must keep their IEEE meaning (a compiler flag or rewrite that assumes finite values changes them)."""
   x = Tensor(special_values_input()).realize()
   finite = (x != x).where(0, x).clip(-3, 3)
-  outs = [x != x, x - x, 1 / x, x.sqrt(), x.sum(1), (x != x).where(0, x).sum(1), x.maximum(0.5), (x != x).where(0, x).max(1), -x,
+  outs = [x != x, x - x, 1 / x, x.sqrt(), x.sum(1), (x != x).where(0, x).sum(1), x.maximum(0.5),
+          (x != x).where(0, x).max(1), -x,
           x < 1e30, finite.sum(1) * 1e-3, (finite * finite).sum(0)]
   Tensor.realize(*outs)
   return {"outputs": [o.numpy() for o in outs]}
@@ -105,5 +114,6 @@ def disk_views() -> dict:
     np.arange(32, dtype=np.float32).tofile(path)
     disk = Tensor.empty(128, dtype=dtypes.uint8, device=f"DISK:{path}")
     second_half = disk[64:128].bitcast(dtypes.float32).realize()
-    outs = [second_half[1:3].to("CPU"), second_half[5:].to("CPU") * 2, disk[16:96][8:40].bitcast(dtypes.float32).to("CPU") + 1]
+    outs = [second_half[1:3].to("CPU"), second_half[5:].to("CPU") * 2,
+            disk[16:96][8:40].bitcast(dtypes.float32).to("CPU") + 1]
     return {"outputs": [o.numpy() for o in outs]}

@@ -120,7 +120,8 @@ def disk_state_dict() -> dict:
   Tensor.manual_seed(7)
   model = MLP((6, 5, 2))
   for p in get_parameters(model): p.realize()
-  # a fixed path: the DISK device's name is part of the captured graph, and identical runs should store identical payloads
+  # a fixed path: the DISK device's name is part of the captured graph, and identical runs should store identical
+  # payloads
   with exclusive_folder("process-replay-disk-workload") as folder:
     path = os.path.join(folder, "model.safetensors")
     safe_save(get_state_dict(model), path)

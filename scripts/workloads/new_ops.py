@@ -75,5 +75,6 @@ def nll_classifier(steps: int = 4) -> dict:
         Tensor.realize(loss, *opt.schedule_step())
         losses.append(loss.item())
   logits = model(x)
-  scores = [logits.cross_entropy(y, label_smoothing=0.1).numpy(), logits.cross_entropy(logits.softmax(1), reduction="none").numpy()]
+  scores = [logits.cross_entropy(y, label_smoothing=0.1).numpy(),
+            logits.cross_entropy(logits.softmax(1), reduction="none").numpy()]
   return {"outputs": [model.weight.numpy(), *scores], "losses": losses}

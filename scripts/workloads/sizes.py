@@ -17,8 +17,10 @@ def large_layers() -> dict:
   def t(*shape): return Tensor(rng.standard_normal(shape).astype(np.float32))
   outs = []
   for m, k, n in ((128, 256, 96), (100, 300, 52), (37, 1000, 41)):
-    with replay_location(f"matmul {m}x{k}x{n}"): outs.append((t(m, k) @ (t(k, n) * k ** -0.5) + t(n)).relu().realize())  # scaled as initialized
-  with replay_location("conv 16->32 34x34"): outs.append(t(2, 16, 34, 34).conv2d(t(32, 16, 3, 3) * 0.1, t(32), padding=1).realize())
+    with replay_location(f"matmul {m}x{k}x{n}"):
+      outs.append((t(m, k) @ (t(k, n) * k ** -0.5) + t(n)).relu().realize())  # scaled as initialized
+  with replay_location("conv 16->32 34x34"):
+    outs.append(t(2, 16, 34, 34).conv2d(t(32, 16, 3, 3) * 0.1, t(32), padding=1).realize())
   with replay_location("softmax 64x2048"): outs.append(t(64, 2048).softmax(axis=1).realize())
   with replay_location("mean of 2^17"): outs.append(t(1 << 17).mean().realize())
   return {"outputs": [o.numpy() for o in outs]}

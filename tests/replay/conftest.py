@@ -17,7 +17,8 @@ def cli(*args: str, db=None, cwd=REPO, env_extra=None, timeout=600) -> subproces
   env = {**os.environ, "PYTHONPATH": str(REPO), **({"REPLAY_DB": str(db)} if db else {}), **(env_extra or {})}
   env.pop("PYTEST_CURRENT_TEST", None)
   env.pop("CAPTURE_PROCESS_REPLAY", None)
-  return subprocess.run([sys.executable, "-m", "replay", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+  return subprocess.run([sys.executable, "-m", "replay", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                        timeout=timeout)
 
 
 def capture_workloads(db, *names: str, cwd=REPO) -> subprocess.CompletedProcess:
@@ -63,7 +64,8 @@ def commit_on_a(root, branch: str, change, message: str = "") -> str:
 def rename_view_module(root: pathlib.Path) -> None:
   """A head that renames a compiler module: captures made there name a module the base does not have."""
   git(root, "mv", "scheduler/shape/view.py", "scheduler/shape/views.py")
-  for name in git(root, "ls-files", "*.py").split():   # tracked files only: cached worktrees of other revisions stay as they are
+  # tracked files only: cached worktrees of other revisions stay as they are
+  for name in git(root, "ls-files", "*.py").split():
     if "scheduler.shape.view import" in (text := (p := root / name).read_text()):
       p.write_text(text.replace("scheduler.shape.view import", "scheduler.shape.views import"))
 

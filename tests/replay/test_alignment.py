@@ -22,11 +22,13 @@ def test_identical_runs_pair_one_to_one():
 
 
 def test_an_added_realize_leaves_the_later_captures_paired_with_their_counterparts():
-  base = caps("schedule:3 kernels", "exec:realize float[]", "schedule:1 kernels", "exec:realize float[2, 2, 5, 5]", start=10)
+  base = caps("schedule:3 kernels", "exec:realize float[]", "schedule:1 kernels", "exec:realize float[2, 2, 5, 5]",
+              start=10)
   head = caps("schedule:2 kernels", "exec:realize float[4]", "schedule:2 kernels", "exec:realize float[]",
               "schedule:1 kernels", "exec:realize float[2, 2, 5, 5]")
   pairs = names(align(head, base))
-  assert ("realize float[]", "realize float[]") in pairs and ("realize float[2, 2, 5, 5]", "realize float[2, 2, 5, 5]") in pairs
+  assert ("realize float[]", "realize float[]") in pairs and ("realize float[2, 2, 5, 5]",
+                                                              "realize float[2, 2, 5, 5]") in pairs
   assert ("realize float[4]", None) in pairs
   assert sum(1 for a, b in pairs if a is None or b is None) == 2   # one schedule, one realize are added
   assert len([p for p in pairs if p[0] == "2 kernels" and p[1] == "3 kernels"]) == 1   # a changed schedule still pairs
@@ -46,8 +48,10 @@ def test_a_dtype_change_still_pairs_the_realize_so_its_outputs_are_compared():
 
 
 def test_locations_align_separately_and_every_capture_appears_once():
-  head = caps("exec:realize float[1]", location="a") + caps("exec:realize float[1]", "exec:realize float[1]", start=2, location="b")
-  base = caps("exec:realize float[1]", "exec:realize float[1]", start=10, location="b") + caps("exec:realize float[9]", start=12, location="c")
+  head = caps("exec:realize float[1]", location="a") + caps("exec:realize float[1]", "exec:realize float[1]", start=2,
+                                                            location="b")
+  base = caps("exec:realize float[1]", "exec:realize float[1]", start=10,
+              location="b") + caps("exec:realize float[9]", start=12, location="c")
   pairs = align(head, base)
   assert sorted(a["id"] for a, _ in pairs if a) == [1, 2, 3] and sorted(b["id"] for _, b in pairs if b) == [10, 11, 12]
   by_head = {a["id"]: b and b["id"] for a, b in pairs if a}

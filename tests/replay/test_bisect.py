@@ -17,8 +17,10 @@ def test_binary_search_finds_the_first_differing_commit_in_log_steps(n, first):
   assert found.first == first and len(found.steps) == len(probed) <= max(1, n.bit_length()) and not found.ambiguous
 
 
-@pytest.mark.parametrize("broken, first, ambiguous", [({3}, 5, []), ({4}, 5, ["c4", "c5"]), ({2, 3, 4}, 5, ["c2", "c3", "c4", "c5"]),
-                                                      ({5}, 6, ["c5", "c6"]), ({0, 1}, 0, ["c0", "c1", "c2"]), ({7}, 9, [])])
+@pytest.mark.parametrize("broken, first, ambiguous",
+                         [({3}, 5, []), ({4}, 5, ["c4", "c5"]), ({2, 3, 4}, 5, ["c2", "c3", "c4", "c5"]),
+                                                      ({5}, 6, ["c5", "c6"]), ({0, 1}, 0, ["c0", "c1", "c2"]),
+                                                      ({7}, 9, [])])
 def test_commits_that_cannot_be_probed_are_skipped_and_named(broken, first, ambiguous):
   commits = [f"c{i}" for i in range(9)]
   def probe(sha):
@@ -32,7 +34,8 @@ def test_commits_that_cannot_be_probed_are_skipped_and_named(broken, first, ambi
 
 
 def test_signature_ignores_timing_and_order():
-  a = [{"capture_id": 2, "status": "same", "diff": "", "seconds": 1.0}, {"capture_id": 1, "status": "changed", "diff": "x", "seconds": 2.0}]
+  a = [{"capture_id": 2, "status": "same", "diff": "", "seconds": 1.0},
+       {"capture_id": 1, "status": "changed", "diff": "x", "seconds": 2.0}]
   b = [{**a[1], "seconds": 9.0}, {**a[0], "seconds": 0.1}]
   assert signature(a) == signature(b) and signature(a) != signature([{**a[0]}, {**a[1], "diff": "y"}])
 
@@ -47,10 +50,12 @@ def test_bisect_names_the_commit_that_changed_the_kernels(repo, tmp_path):
   capture_workloads(db, *WORKLOADS, cwd=repo)   # captured at D
   proc = cli("bisect", "--good", "main", "--bad", "history", db=db, cwd=repo)
   assert proc.returncode == 0, proc.stdout + proc.stderr
-  assert "first commit that changes the outcome:" in proc.stdout and "C: no realize before expand" in proc.stdout.split("first commit")[1]
+  assert ("first commit that changes the outcome:" in proc.stdout
+          and "C: no realize before expand" in proc.stdout.split("first commit")[1])
   # it ends with the culprit and its change, never with a verdict line that reads like a pass
   tail = proc.stdout.split("first commit that changes the outcome:")[1]
-  assert "its change against its parent:" in tail and "scheduler/sched_grouping.py" in tail and "+  if False:" in tail, tail
+  assert ("its change against its parent:" in tail and "scheduler/sched_grouping.py" in tail
+          and "+  if False:" in tail), tail
   assert not proc.stdout.rstrip().splitlines()[-1].startswith("OK")
   assert "3 commits after main" in proc.stdout and proc.stdout.count("  differs") + proc.stdout.count("  as good") <= 2
   bad = cli("bisect", "--good", "history", "--bad", "main", db=db, cwd=repo)
@@ -69,5 +74,6 @@ def test_bisect_skips_a_commit_that_cannot_be_replayed_and_names_it(repo, tmp_pa
   capture_workloads(db, *WORKLOADS, cwd=repo)
   proc = cli("bisect", "--good", "main", "--bad", "broken-middle", db=db, cwd=repo)
   assert proc.returncode == 0, proc.stdout + proc.stderr
-  assert "  skipped" in proc.stdout and "X: a syntax error" in proc.stdout.split("skipped (could not be probed):")[1], proc.stdout
+  assert ("  skipped" in proc.stdout
+          and "X: a syntax error" in proc.stdout.split("skipped (could not be probed):")[1]), proc.stdout
   assert "C: no realize before expand" in proc.stdout.split("first commit that changes the outcome:")[1]

@@ -10,7 +10,8 @@ from scheduler.device import find_c_compiler
 
 @pytest.mark.parametrize("array", [np.arange(10, dtype=np.float32), np.arange(2000, dtype=np.int64).reshape(40, 50),
                                    np.full((300, 7), np.nan, dtype=np.float32), np.full(1000, -0.0, dtype=np.float64),
-                                   np.array([True, False] * 800), np.full(5, 3, dtype=np.uint8), np.zeros(1, np.float16)])
+                                   np.array([True, False] * 800), np.full(5, 3, dtype=np.uint8),
+                                   np.zeros(1, np.float16)])
 def test_every_form_gives_back_the_same_bits(array):
   shared = {}
   entry = buffers.encode(array, shared)
@@ -44,19 +45,22 @@ def test_bad_entries_are_clear_errors(entry, shared, size, message):
 
 def test_a_blob_entry_with_an_object_dtype_is_refused():
   from replay.serialize import UnsafePickleError
-  with pytest.raises(UnsafePickleError): buffers.decode({"blob": "a", "dtype": "|O", "size": 1, "shape": (1,)}, {"a": b"\0" * 8}, 1)
+  with pytest.raises(UnsafePickleError):
+    buffers.decode({"blob": "a", "dtype": "|O", "size": 1, "shape": (1,)}, {"a": b"\0" * 8}, 1)
 
 
 def test_shared_blobs_are_stored_once_and_pruning_keeps_them_while_referred_to(tmp_path):
   store = Store(str(tmp_path / "r.db"))
   big = bytes(range(256)) * 64
   runs = [store.add_run(argv="[]") for _ in range(2)]
-  ids = [store.add_capture(run, "exec", f"k{run}", "n", "here", f"in{run}".encode(), b"out", {}, shared_blobs={"s" * 64: big}) for run in runs]
+  ids = [store.add_capture(run, "exec", f"k{run}", "n", "here", f"in{run}".encode(), b"out", {},
+                           shared_blobs={"s" * 64: big}) for run in runs]
   assert store.conn.execute("SELECT count(*) FROM blobs WHERE sha256 = ?", ("s" * 64,)).fetchone()[0] == 1
   assert all(store.shared_blob_shas(i) == ["s" * 64] for i in ids)
   store.delete_runs([runs[0]])
   assert store.shared_blob_shas(ids[0]) == [] and store.shared_blob_shas(ids[1]) == ["s" * 64]
-  assert store.conn.execute("SELECT count(*) FROM blobs WHERE sha256 = ?", ("s" * 64,)).fetchone()[0] == 1   # still referred to
+  # still referred to
+  assert store.conn.execute("SELECT count(*) FROM blobs WHERE sha256 = ?", ("s" * 64,)).fetchone()[0] == 1
   store.delete_runs([runs[1]])
   assert store.blob_count() == 0
 

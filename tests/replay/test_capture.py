@@ -20,7 +20,9 @@ def test_corpus_fills_all_kinds_and_a_second_run_adds_no_blob(tmp_path):
   env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db), "CAPTURE_PROCESS_REPLAY": "1"}
   env.pop("PYTEST_CURRENT_TEST", None)
   names = ["mlp_sgd", "disk_state_dict", "symbolic_seq", "ref_matmul", "ref_rand"]
-  for _ in range(2): subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", *names], cwd=REPO, env=env, check=True, capture_output=True)
+  for _ in range(2):
+    subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", *names], cwd=REPO, env=env, check=True,
+                   capture_output=True)
   s = Store(str(db))
   runs = sorted({c["run_id"] for c in s.captures()})
   assert len(runs) == 2
@@ -150,7 +152,8 @@ def test_planted_pickle_does_not_run(tmp_path, monkeypatch):
   assert not marker.exists()
   # the same payload planted in a database: replay reports it and runs nothing
   s = Store(str(tmp_path / "r.db"))
-  s.add_capture(s.add_run(argv="[]"), "schedule", "k", "evil", "planted", data, serialize.dumps({"asts": [], "var_vals": {}}), {})
+  s.add_capture(s.add_run(argv="[]"), "schedule", "k", "evil", "planted", data,
+                serialize.dumps({"asts": [], "var_vals": {}}), {})
   s.close()
   proc = cli("run", "--jobs", "1", db=tmp_path / "r.db")
   assert proc.returncode == 4 and "incompatible" in proc.stdout and "system" in proc.stdout
@@ -170,7 +173,8 @@ def test_capture_survives_reordered_ops(tmp_path):
   copy = tmp_path / "tree"
   for pkg in ("scheduler", "runtimes", "replay", "db"): shutil.copytree(REPO / pkg, copy / pkg)
   ops_py = copy / "scheduler" / "ops.py"
-  ops_py.write_text(ops_py.read_text().replace("  # graph roots and kernels\n", "  # graph roots and kernels\n  ZZ_NEW_OP = enum.auto()\n", 1))
+  ops_py.write_text(ops_py.read_text().replace("  # graph roots and kernels\n",
+                                               "  # graph roots and kernels\n  ZZ_NEW_OP = enum.auto()\n", 1))
   env = {**os.environ, "PYTHONPATH": str(copy), "REPLAY_DB": str(db)}
   check = """
     from db import Store
@@ -181,10 +185,12 @@ def test_capture_survives_reordered_ops(tmp_path):
     for c in s.captures(): serialize.loads(s.get_blob(c["input_sha"])); serialize.loads(s.get_blob(c["output_sha"]))
     print(len(s.captures()))
   """
-  out = subprocess.run([sys.executable, "-c", textwrap.dedent(check)], cwd=copy, env=env, capture_output=True, text=True)
+  out = subprocess.run([sys.executable, "-c", textwrap.dedent(check)], cwd=copy, env=env, capture_output=True,
+                       text=True)
   assert out.returncode == 0, out.stderr
   assert int(out.stdout) > 3
-  proc = subprocess.run([sys.executable, "-m", "replay", "run", "--jobs", "1"], cwd=copy, env=env, capture_output=True, text=True)
+  proc = subprocess.run([sys.executable, "-m", "replay", "run", "--jobs", "1"], cwd=copy, env=env, capture_output=True,
+                        text=True)
   assert proc.returncode == 0 and "replay the same" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -192,7 +198,8 @@ def test_capture_is_off_by_default_and_the_compiler_does_not_import_the_harness(
   code = "import sys, numpy as np\nfrom scheduler import Tensor\n(Tensor(np.ones(4, np.float32)) * 2).numpy()\n" \
          "print(any(m.split('.')[0] in ('replay', 'db', 'sqlite_utils') for m in sys.modules))"
   env = {k: v for k, v in os.environ.items() if k != "CAPTURE_PROCESS_REPLAY"}
-  out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+  out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)},
+                       capture_output=True, text=True)
   assert out.stdout.strip() == "False", out.stderr
 
 
@@ -233,7 +240,8 @@ def test_an_unusable_database_is_one_warning_per_process_and_one_line_under_pyte
   env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db)}
   env.pop("PYTEST_CURRENT_TEST", None)
   env.pop("CAPTURE_PROCESS_REPLAY", None)
-  run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--replay-capture", str(test_file)],
+  run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--replay-capture",
+                        str(test_file)],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
   assert run.returncode != 0 and "INTERNALERROR" not in run.stdout + run.stderr
   assert "cannot use the replay database" in run.stdout + run.stderr
@@ -253,9 +261,11 @@ def test_a_capture_run_that_could_not_store_captures_fails_and_says_how_many(tmp
     (Tensor([1.0, 2.0]) * 3).realize()
   """))
   env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db)}
-  proc = subprocess.run([sys.executable, "-m", "replay", "capture", "--", sys.executable, str(program)], cwd=REPO, env=env,
+  proc = subprocess.run([sys.executable, "-m", "replay", "capture", "--", sys.executable, str(program)], cwd=REPO,
+                        env=env,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 4 and "captures of run 1 could not be stored" in proc.stderr, proc.stderr
   assert "could not store a" in proc.stderr   # the program's own one warning
-  report = subprocess.run([sys.executable, "-m", "replay", "run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  report = subprocess.run([sys.executable, "-m", "replay", "run"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
   assert report.returncode == 4 and "could not be stored" in report.stdout, report.stdout

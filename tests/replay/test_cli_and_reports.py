@@ -42,10 +42,12 @@ def test_html_shows_side_by_side_diffs(tmp_path):
   from replay.report import Summary, render_html
   diff = "--- base\n+++ captured\n@@ -1,2 +1,2 @@\n STORE\n-  ADD dtypes.float\n+  MUL dtypes.float"
   s = Summary({"id": 1, "capture_run_id": 1, "base_ref": "main", "base_commit": "abc"},
-              [{"capture_id": 3, "kind": "schedule", "name": "1 kernels", "location": "t.py:1", "status": "changed", "diff": diff,
+              [{"capture_id": 3, "kind": "schedule", "name": "1 kernels", "location": "t.py:1", "status": "changed",
+                "diff": diff,
                 "reason": "", "metrics": "{}", "seconds": 0.1}])
   html = render_html(s)
-  assert 'class="diff"' in html and "base (-)" in html and "captured (+)" in html and '<span class="diff_chg">MUL</span>' in html
+  assert ('class="diff"' in html and "base (-)" in html and "captured (+)" in html
+          and '<span class="diff_chg">MUL</span>' in html)
 
 
 def test_list_and_show(captured):
@@ -103,14 +105,17 @@ def _hostile_summary():
   outcomes = [
     {"capture_id": 1, "kind": evil, "name": evil, "location": evil, "status": "changed", "reason": "",
      "diff": "--- a\n+++ b\n-```\n+</details><script>alert(1)</script>\n+````\n", "metrics": "{}", "seconds": 0.1},
-    {"capture_id": 2, "kind": "exec", "name": "n", "location": "l", "status": "mismatch", "reason": evil, "diff": "", "metrics": "{}"},
-    {"capture_id": 3, "kind": "kernel", "name": "n", "location": "l", "status": evil, "reason": "", "diff": "", "metrics": "{}"},
+    {"capture_id": 2, "kind": "exec", "name": "n", "location": "l", "status": "mismatch", "reason": evil, "diff": "",
+     "metrics": "{}"},
+    {"capture_id": 3, "kind": "kernel", "name": "n", "location": "l", "status": evil, "reason": "", "diff": "",
+     "metrics": "{}"},
   ]
   return Summary({"id": 1, "capture_run_id": 1, "base_ref": evil, "base_commit": "abc"}, outcomes)
 
 
 def test_reports_escape_every_field_from_the_database():
-  """Issue 13.6: fields from a database or a user cannot inject HTML, break markdown, invalidate XML or drive the terminal."""
+  """Issue 13.6: fields from a database or a user cannot inject HTML, break markdown, invalidate XML or drive the
+  terminal."""
   from replay import report
   s = _hostile_summary()
   page = report.render(s, "html")
@@ -141,13 +146,16 @@ def test_an_interrupted_replay_is_incomplete_and_report_uses_the_stored_policy(t
   store = Store(str(db))
   caps = store.captures()
   half = store.add_replay(jobs=1, selected=len(caps), capture_run_id=caps[0]["run_id"], policy="{}")   # killed half-way
-  store.add_outcomes([{"replay_id": half, "capture_id": c["id"], "status": "same", "reason": "", "diff": "", "metrics": "{}", "seconds": 0.0}
+  store.add_outcomes([{"replay_id": half, "capture_id": c["id"], "status": "same", "reason": "", "diff": "",
+                       "metrics": "{}", "seconds": 0.0}
                       for c in caps[:len(caps) // 2]])
   proc = cli("report", "--replay", str(half), db=db)
   assert proc.returncode == 4, proc.stdout
   assert f"INCOMPLETE: replayed {len(caps) // 2} of {len(caps)} selected captures" in proc.stdout
-  promised = store.add_replay(jobs=1, selected=1, capture_run_id=caps[0]["run_id"], policy=json.dumps({"expect_no_change": True}))
-  store.add_outcomes([{"replay_id": promised, "capture_id": caps[0]["id"], "status": "changed", "reason": "", "diff": "-a\n+b",
+  promised = store.add_replay(jobs=1, selected=1, capture_run_id=caps[0]["run_id"],
+                              policy=json.dumps({"expect_no_change": True}))
+  store.add_outcomes([{"replay_id": promised, "capture_id": caps[0]["id"], "status": "changed", "reason": "",
+                       "diff": "-a\n+b",
                        "metrics": "{}", "seconds": 0.0}])
   proc = cli("report", "--replay", str(promised), db=db)
   assert proc.returncode == 1 and "promised no kernel change" in proc.stdout, proc.stdout
@@ -170,7 +178,8 @@ def _on_a_terminal(args, db, extra_env=None) -> str:
   leader, follower = pty.openpty()
   env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db), "PAGER": "cat", **(extra_env or {})}
   env.pop("NO_COLOR", None) if "NO_COLOR" not in (extra_env or {}) else None
-  proc = subprocess.Popen([sys.executable, "-m", "replay", *args], cwd=REPO, env=env, stdout=follower, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen([sys.executable, "-m", "replay", *args], cwd=REPO, env=env, stdout=follower,
+                          stderr=subprocess.DEVNULL)
   os.close(follower)
   chunks = []
   while True:
@@ -193,7 +202,8 @@ def test_colors_on_a_terminal_only_and_never_with_no_color(captured):
 def test_colorize_paints_diff_lines_and_the_verdict():
   from replay.report import colorize
   painted = colorize("--- capture 1\n@@ -1 +1 @@\n-a\n+b\n same\nOK: fine").splitlines()
-  assert painted[2].startswith("\x1b[31m") and painted[3].startswith("\x1b[32m") and painted[4] == " same" and "\x1b[1m" in painted[5]
+  assert (painted[2].startswith("\x1b[31m") and painted[3].startswith("\x1b[32m") and painted[4] == " same"
+          and "\x1b[1m" in painted[5])
 
 
 def test_runs_lists_runs_and_replays_and_prune_keeps_the_newest(tmp_path):
@@ -220,7 +230,9 @@ def test_runs_lists_runs_and_replays_and_prune_keeps_the_newest(tmp_path):
   assert "removed 1 cached worktrees and overlays" in proc.stdout and not (cache / "overlays" / "again").exists()
 
 
-@pytest.mark.parametrize("args", [["diff", "--base", "HEAD"], ["gate", "--base", "HEAD", "--", "true"], ["bisect", "--good", "a", "--bad", "b"],
+@pytest.mark.parametrize("args",
+                         [["diff", "--base", "HEAD"], ["gate", "--base", "HEAD", "--", "true"],
+                          ["bisect", "--good", "a", "--bad", "b"],
                                   ["coverage", "--base", "HEAD"]])
 def test_commands_that_need_git_say_so_outside_a_repository(tmp_path, args):
   import subprocess, sys
@@ -228,11 +240,14 @@ def test_commands_that_need_git_say_so_outside_a_repository(tmp_path, args):
   outside = tmp_path / "not-a-repo"
   outside.mkdir()
   db = tmp_path / "r.db"
-  env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db), "GIT_CEILING_DIRECTORIES": str(tmp_path)}
-  subprocess.run([sys.executable, "-m", "replay", "capture", "--", sys.executable, "-c", "from scheduler import Tensor; (Tensor([1.0]) + 1).realize()"],
+  env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db),
+         "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+  subprocess.run([sys.executable, "-m", "replay", "capture", "--", sys.executable, "-c",
+                  "from scheduler import Tensor; (Tensor([1.0]) + 1).realize()"],
                  cwd=outside, env=env, capture_output=True)
   proc = subprocess.run([sys.executable, "-m", "replay", *args], cwd=outside, env=env, capture_output=True, text=True)
-  assert proc.returncode == 2 and "is not in a git repository" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+  assert (proc.returncode == 2 and "is not in a git repository" in proc.stderr
+          and proc.stderr.count("\n") == 1), proc.stderr
 
 
 def test_a_report_selection_that_matches_nothing_is_a_usage_mistake(captured):
@@ -247,11 +262,14 @@ def test_no_terminal_control_characters_from_a_database_reach_the_terminal(captu
   import sqlite3
   evil = "\x1b[2J\x1b]0;pwned\x07"
   with sqlite3.connect(captured) as conn:
-    conn.execute("UPDATE captures SET name = ?, location = ?, kind = kind WHERE id = (SELECT min(id) FROM captures)", (f"n{evil}", f"l{evil}"))
-    conn.execute("UPDATE runs SET argv = ?", (f'["python", "{evil}"]'.replace("\x1b", "\\u001b").replace("\x07", "\\u0007"),))
+    conn.execute("UPDATE captures SET name = ?, location = ?, kind = kind WHERE id = (SELECT min(id) FROM captures)",
+                 (f"n{evil}", f"l{evil}"))
+    conn.execute("UPDATE runs SET argv = ?",
+                 (f'["python", "{evil}"]'.replace("\x1b", "\\u001b").replace("\x07", "\\u0007"),))
   first = sqlite3.connect(captured).execute("SELECT min(id) FROM captures").fetchone()[0]
   assert cli("run", db=captured).returncode == 0
   for args in (["list"], ["show", str(first)], ["runs"], ["report", "--all"], ["show"]):
     proc = cli(*args, db=captured)
     assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, (args, proc.stdout[:500])
-    if args in (["list"], ["runs"], ["show", str(first)]): assert "\\x1b" in proc.stdout, args   # shown escaped, not dropped
+    if args in (["list"], ["runs"], ["show", str(first)]):
+      assert "\\x1b" in proc.stdout, args   # shown escaped, not dropped

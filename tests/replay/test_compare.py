@@ -23,7 +23,8 @@ def test_equal_schedules_have_no_changes_and_a_fusion_change_names_the_kernels()
   assert len(captured) < len(base) and summary and len(diffs) == len(summary)
   assert any("removed" in line or "fused into" in line for line in summary), summary
   result = compare_schedule({"asts": captured, "var_vals": {}}, {"asts": base, "var_vals": {}})
-  assert result.status == "changed" and result.diff.startswith(f"schedule: {len(base)} kernels in the base, {len(captured)} captured")
+  assert result.status == "changed" and result.diff.startswith(f"schedule: {len(base)} kernels in the base, "
+                                                               f"{len(captured)} captured")
 
 
 def test_a_kernel_added_at_the_end_is_reported_as_added_and_the_rest_is_untouched():

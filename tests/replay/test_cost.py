@@ -27,7 +27,8 @@ def test_operations_are_weighted_by_the_loops_around_them():
     "  }",
     "}"])
   cost = static_cost(src, "k")
-  assert cost["alu"] == 8 * (1 + 4 * 3) + 1 and cost["loads"] == 32 and cost["stores"] == 8 and cost["bytes"] == 32 * 4 + 8 * 4
+  assert (cost["alu"] == 8 * (1 + 4 * 3) + 1 and cost["loads"] == 32 and cost["stores"] == 8
+          and cost["bytes"] == 32 * 4 + 8 * 4)
   assert cost["cost"] == cost["alu"] + 4 * (cost["loads"] + cost["stores"])
   assert kernel_body(src, "k")[0].startswith("for (int a") and static_cost(src, "missing")["cost"] == 0
 

@@ -38,9 +38,11 @@ MODULE = textwrap.dedent('''
 def test_ranges_and_descriptions():
   assert ranges([3, 4, 5, 9, 11, 12]) == "3-5, 9, 11-12" and ranges([]) == ""
   assert "touches no executable line" in describe(None) and "touches no executable line" in describe({"executable": 0})
-  assert "every changed executable line" in describe(Guard({"a.py": probes.FilePlan([1, 2], [])}, {"a.py": {1, 2}}).to_json())
+  assert "every changed executable line" in describe(Guard({"a.py": probes.FilePlan([1, 2], [])},
+                                                           {"a.py": {1, 2}}).to_json())
   doc = Guard({"a.py": probes.FilePlan([4, 5, 6], [9])}, {"a.py": {6}}).to_json()
-  assert doc["percent"] == 25.0 and describe(doc).startswith("unguarded: 3 of 4 changed executable lines") and "a.py:4-5, 9" in describe(doc)
+  assert (doc["percent"] == 25.0 and describe(doc).startswith("unguarded: 3 of 4 changed executable lines")
+          and "a.py:4-5, 9" in describe(doc))
   assert "1 of them run only while their module is imported" in describe(doc)
 
 
@@ -60,7 +62,8 @@ def test_probes_fire_when_the_code_runs_not_when_the_module_is_imported():
   exec(code, namespace)
   assert hits == []   # defining the table and the functions runs no probe
   namespace["f"](1)
-  assert hits == [(10,), (14,), (17,)]   # the call, its first statement and the elif it reaches; not the return it skips
+  # the call, its first statement and the elif it reaches; not the return it skips
+  assert hits == [(10,), (14,), (17,)]
   hits.clear()
   namespace["TABLE"]["a"](1); namespace["C"]().m()
   assert hits == [(5,), (24,)]
@@ -87,7 +90,8 @@ def test_installed_probes_record_lines_that_run_in_every_process(tmp_path):
   subprocess.run([sys.executable, "-c", script], env=env, check=True, cwd=tmp_path)
   # f(1) at the import of sutpkg.other does not count; g() -> f(20) afterwards does, even though the process _exits
   assert probes.hits(tmp_path / "hits") == {"sutpkg/mod.py": {10, 14, 16}}
-  assert not list(pkg.glob("__pycache__/mod*.pyc")) or all(b"__replay_probe__" not in p.read_bytes() for p in pkg.glob("__pycache__/mod*"))
+  assert (not list(pkg.glob("__pycache__/mod*.pyc"))
+          or all(b"__replay_probe__" not in p.read_bytes() for p in pkg.glob("__pycache__/mod*")))
 
 
 @pytest.mark.slow
@@ -102,7 +106,8 @@ def test_coverage_lists_changed_lines_no_replay_runs(repo, tmp_path):
   proc = cli("coverage", "--base", "main", db=db, cwd=repo)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   lines = proc.stdout.splitlines()
-  assert lines[0].startswith("unguarded: 3 of 4 changed executable lines") and "scheduler/helpers.py:" in lines[0], proc.stdout
+  assert (lines[0].startswith("unguarded: 3 of 4 changed executable lines")
+          and "scheduler/helpers.py:" in lines[0]), proc.stdout
   assert not any("runtimes/cpu.py" in line for line in lines), proc.stdout   # the softmax replay renders a NEG
 
 
@@ -112,17 +117,24 @@ GATE_CMD = ["--", sys.executable, "-m", "scripts.workloads", "--only", "mlp_sgd"
 @pytest.mark.slow
 @pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
 def test_the_gate_fails_on_unguarded_lines_unless_allowed(repo, tmp_path):
-  commit_on_a(repo, "unguarded", lambda r: (r / "scheduler" / "helpers.py").write_text((r / "scheduler" / "helpers.py").read_text() + NEVER_CALLED))
+  def plant(root):
+    helpers = root / "scheduler" / "helpers.py"
+    helpers.write_text(helpers.read_text() + NEVER_CALLED)
+  commit_on_a(repo, "unguarded", plant)
   proc = cli("gate", "--base", "main", *GATE_CMD, db=tmp_path / "g.db", cwd=repo)
   assert proc.returncode == 1, proc.stdout + proc.stderr
-  assert "FAIL: 0% of the changed executable lines run in a capture's computation" in proc.stdout and "scheduler/helpers.py:" in proc.stdout
+  assert ("FAIL: 0% of the changed executable lines run in a capture's computation" in proc.stdout
+          and "scheduler/helpers.py:" in proc.stdout)
   allowed = cli("gate", "--base", "main", "--allow-unguarded", *GATE_CMD, db=tmp_path / "a.db", cwd=repo)
-  assert allowed.returncode == 0 and "guard: unguarded: 3 of 3" in allowed.stdout and "(allowed)" in allowed.stdout, allowed.stdout
-  marker = cli("gate", "--base", "main", *GATE_CMD, db=tmp_path / "m.db", cwd=repo, env_extra={"PR_TITLE": "helpers [allow-unguarded]"})
+  assert (allowed.returncode == 0 and "guard: unguarded: 3 of 3" in allowed.stdout
+          and "(allowed)" in allowed.stdout), allowed.stdout
+  marker = cli("gate", "--base", "main", *GATE_CMD, db=tmp_path / "m.db", cwd=repo,
+               env_extra={"PR_TITLE": "helpers [allow-unguarded]"})
   assert marker.returncode == 0, marker.stdout + marker.stderr
   # the threshold comes from [tool.replay]
   pyproject = repo / "pyproject.toml"
-  pyproject.write_text(pyproject.read_text().replace('sut = ["scheduler", "runtimes"]', 'sut = ["scheduler", "runtimes"]\nchanged-lines-guarded = 0'))
+  pyproject.write_text(pyproject.read_text().replace('sut = ["scheduler", "runtimes"]',
+                                                     'sut = ["scheduler", "runtimes"]\nchanged-lines-guarded = 0'))
   git(repo, "commit", "-qam", "no threshold")
   assert cli("gate", "--base", "main", *GATE_CMD, db=tmp_path / "t.db", cwd=repo).returncode == 0
 
@@ -131,14 +143,18 @@ def test_the_gate_fails_on_unguarded_lines_unless_allowed(repo, tmp_path):
 @pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
 def test_a_gradient_table_entry_is_guarded_by_the_command_that_runs_it_and_a_constant_is_not(repo, tmp_path):
   # the entry's lambda runs when mlp_sgd computes gradients: the change is guarded (and end to end it mismatches)
-  commit_on_a(repo, "mul-grad", lambda r: edit(r, "scheduler/gradient.py", "Ops.MUL: lambda g, out: (out.src[1] * g, out.src[0] * g),",
+  commit_on_a(repo, "mul-grad",
+              lambda r: edit(r, "scheduler/gradient.py", "Ops.MUL: lambda g, out: (out.src[1] * g, out.src[0] * g),",
                                                "Ops.MUL: lambda g, out: (out.src[0] * g, out.src[1] * g),"))
   proc = cli("gate", "--base", "main", *GATE_CMD, db=tmp_path / "g.db", cwd=repo)
   assert proc.returncode == 3 and "guard: every changed executable line" in proc.stdout, proc.stdout + proc.stderr
   # a module-level constant runs only at import: not guarded by any capture, whatever uses it
-  commit_on_a(repo, "threshold", lambda r: edit(r, "scheduler/codegen/lowerer.py", "UPCAST_MIN_WORK = 1 << 20", "UPCAST_MIN_WORK = 1 << 21"))
+  commit_on_a(repo, "threshold",
+              lambda r: edit(r, "scheduler/codegen/lowerer.py", "UPCAST_MIN_WORK = 1 << 20",
+                             "UPCAST_MIN_WORK = 1 << 21"))
   proc = cli("gate", "--base", "main", *GATE_CMD, db=tmp_path / "c.db", cwd=repo)
-  assert proc.returncode == 1 and "1 of them run only while their module is imported" in proc.stdout, proc.stdout + proc.stderr
+  assert (proc.returncode == 1
+          and "1 of them run only while their module is imported" in proc.stdout), proc.stdout + proc.stderr
 
 
 def test_error_paths_are_not_guarded_and_a_table_entry_naming_a_function_runs_with_it():
@@ -158,7 +174,8 @@ def test_error_paths_are_not_guarded_and_a_table_entry_naming_a_function_runs_wi
     ]
   ''')
   plan = probes.plan_file(source, set(range(1, 15)))
-  assert 3 in plan.runtime and 5 not in plan.runtime + plan.import_only   # `if ...: raise` is probed at its test; a lone raise is exempt
+  # `if ...: raise` is probed at its test; a lone raise is exempt
+  assert 3 in plan.runtime and 5 not in plan.runtime + plan.import_only
   assert {11, 12} <= set(plan.runtime) and 13 in plan.import_only
   code, _ = probes.instrument(source.encode(), "/x/r.py", "r.py", {11, 12, 13})
   hits = []
@@ -172,10 +189,13 @@ def test_error_paths_are_not_guarded_and_a_table_entry_naming_a_function_runs_wi
 @pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
 def test_refactors_stay_silent_restating_a_flag_renaming_a_rule_and_rewording_an_error(repo, tmp_path):
   def refactor(r):
-    edit(r, "scheduler/helpers.py", 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)', 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", int(False))')
+    edit(r, "scheduler/helpers.py", 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)',
+         'FUSE_ARANGE = ContextVar("FUSE_ARANGE", int(False))')
     text = (r / "scheduler" / "symbolic.py").read_text()
     (r / "scheduler" / "symbolic.py").write_text(text.replace("_fold_nested", "_fold_repeated_op"))
-    edit(r, "scheduler/shape/view.py", 'raise ValueError(f"invalid shrink {arg} for {self.shape}")', 'raise ValueError(f"shrink {arg} does not fit {self.shape}")')
+    edit(r, "scheduler/shape/view.py", 'raise ValueError(f"invalid shrink {arg} for {self.shape}")',
+         'raise ValueError(f"shrink {arg} does not fit {self.shape}")')
   commit_on_a(repo, "refactors", refactor)
   proc = cli("gate", "--base", "main", *GATE_CMD, db=tmp_path / "g.db", cwd=repo)
-  assert proc.returncode == 0 and "guard: every changed executable line" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+  assert (proc.returncode == 0
+          and "guard: every changed executable line" in proc.stdout), proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -9,9 +9,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_c_compiler() is None, re
 PLANTS = {
   "lowering": ("runtimes/cpu.py", 'Ops.CMPLT: "<",', 'Ops.CMPLT: "<=",'),
   "view-algebra": ("scheduler/shape/view.py",
-                   "return View.create(top.shape, strides, offset, tuple((0, 0) for _ in top.shape)) if top.shape else None",
+                   "return View.create(top.shape, strides, offset, tuple((0, 0) for _ in top.shape)) if top.shape else "
+                   "None",
                    "return View.create(top.shape, strides, offset, tuple((0, 0) for _ in top.shape))"),
-  "frontend": ("scheduler/tensor/movement.py", "for a in flipped: mask[a] = True", "for a in flipped[:1]: mask[a] = True"),
+  "frontend": ("scheduler/tensor/movement.py", "for a in flipped: mask[a] = True",
+               "for a in flipped[:1]: mask[a] = True"),
 }
 
 
@@ -22,7 +24,8 @@ def test_a_planted_bug_at_the_base_is_a_difference(repo, tmp_path, where):
   from tests.replay.conftest import git
   git(repo, "checkout", "-q", "main")
   save = tmp_path / "found"
-  proc = cli("fuzz", "--base", f"bug-{where}", "--count", "60", "--seed", "5", "--save", str(save), db=tmp_path / "r.db", cwd=repo)
+  proc = cli("fuzz", "--base", f"bug-{where}", "--count", "60", "--seed", "5", "--save", str(save),
+             db=tmp_path / "r.db", cwd=repo)
   assert proc.returncode in (1, 3), proc.stdout[-3000:] + proc.stderr[-2000:]
   assert "fuzz:5:" in proc.stdout
   assert list(save.glob("test_fuzz_5_*.py")), proc.stderr

@@ -8,7 +8,8 @@ from tests.conftest import REPO
 from tests.replay.conftest import cli, git, edit, commit_on_a, bump_contract, NO_REALIZE_EXPAND
 from scheduler.device import find_c_compiler
 
-CMD = ["--", sys.executable, "-m", "scripts.workloads", "--only", "ref_expand_of_expr", "ref_add_const", "ref_matmul_bias_relu"]
+CMD = ["--", sys.executable, "-m", "scripts.workloads", "--only", "ref_expand_of_expr", "ref_add_const",
+       "ref_matmul_bias_relu"]
 needs_cc = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
 
 
@@ -36,7 +37,8 @@ def test_kernel_change_fails_only_when_no_change_was_promised(repo, tmp_path):
   assert gate(repo, tmp_path, "--expect-no-change").returncode == 1
   proc = gate(repo, tmp_path, env_extra={"PR_TITLE": "refactor [no-kernel-change]"})
   assert proc.returncode == 1 and "PR_TITLE" in proc.stderr
-  commit_on_a(repo, "fusion-promise", lambda r: edit(r, *NO_REALIZE_EXPAND), message="tidy the scheduler [no-kernel-change]")
+  commit_on_a(repo, "fusion-promise", lambda r: edit(r, *NO_REALIZE_EXPAND),
+              message="tidy the scheduler [no-kernel-change]")
   proc = gate(repo, tmp_path)
   assert proc.returncode == 1 and "head commit message" in proc.stderr
 
@@ -45,7 +47,8 @@ def test_kernel_change_fails_only_when_no_change_was_promised(repo, tmp_path):
 @needs_cc
 def test_output_mismatch_fails_with_3(repo, tmp_path):
   commit_on_a(repo, "mul", lambda r: edit(r, "runtimes/cpu.py", '  if op is Ops.CAST: return f"({ct})({s[0]})"',
-              '  if op is Ops.MUL and dtypes.is_float(dtype): return f"({ct})({s[0]}*{s[1]}*1.001f)"\n  if op is Ops.CAST: return f"({ct})({s[0]})"'))
+              '  if op is Ops.MUL and dtypes.is_float(dtype): return f"({ct})({s[0]}*{s[1]}*1.001f)"\n  if op is '
+              'Ops.CAST: return f"({ct})({s[0]})"'))
   proc = gate(repo, tmp_path, "--allow-incompatible")
   assert proc.returncode == 3, proc.stdout + proc.stderr
   # the mismatching realize names the kernel whose source changed, with its diff
@@ -95,9 +98,13 @@ def test_xdist_workers_capture_into_one_run_with_node_ids(tmp_path):
   (tmp_path / "test_sample.py").write_text(SAMPLE_TESTS)
   db = tmp_path / "r.db"
   env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db), "DEVICE": "PYTHON"}
-  for k in ("PYTEST_CURRENT_TEST", "CAPTURE_PROCESS_REPLAY", "REPLAY_RUN_ID", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"): env.pop(k, None)
-  proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "xdist", "-n", "2", "--replay-capture", *plugin_args(),
-                         "-p", "no:cacheprovider", "test_sample.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  for k in ("PYTEST_CURRENT_TEST", "CAPTURE_PROCESS_REPLAY", "REPLAY_RUN_ID", "PYTEST_XDIST_WORKER",
+            "PYTEST_XDIST_WORKER_COUNT"):
+    env.pop(k, None)
+  proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "xdist", "-n", "2", "--replay-capture",
+                         *plugin_args(),
+                         "-p", "no:cacheprovider",
+                         "test_sample.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "replay: captured" in proc.stdout and str(db) in proc.stdout
   from db import Store
@@ -118,12 +125,15 @@ def test_example_workflow_is_valid():
   assert set(jobs) == {"capture", "shard", "merge"}
   assert jobs["shard"]["needs"] == "capture" and jobs["merge"]["needs"] == "shard" and jobs["merge"]["if"] == "always()"
   for steps in (j["steps"] for j in jobs.values()):
-    assert any(s.get("uses", "").startswith("actions/setup-python") for s in steps) and "pip install" in json.dumps(steps)
+    assert any(s.get("uses",
+                     "").startswith("actions/setup-python") for s in steps) and "pip install" in json.dumps(steps)
   shard_steps = jobs["shard"]["steps"]
-  assert any(s.get("uses", "").startswith("actions/checkout") and s.get("with", {}).get("fetch-depth") == 0 for s in shard_steps)
+  assert any(s.get("uses", "").startswith("actions/checkout")
+             and s.get("with", {}).get("fetch-depth") == 0 for s in shard_steps)
   assert jobs["shard"]["strategy"]["matrix"]["shard"] == list(range(1, int(wf["env"]["SHARDS"]) + 1))
   shard_text, merge_text = json.dumps(shard_steps), json.dumps(jobs["merge"]["steps"])
-  assert "replay diff --base origin/main --merge-base --shard ${{ matrix.shard }}/$SHARDS" in shard_text and "--format json" in shard_text
+  assert ("replay diff --base origin/main --merge-base --shard ${{ matrix.shard }}/$SHARDS" in shard_text
+          and "--format json" in shard_text)
   assert "replay merge shard-*.json" in merge_text
   assert "replay capture -- python -m scripts.workloads" in json.dumps(jobs["capture"]["steps"])
   assert any(s.get("uses", "").startswith("actions/upload-artifact") for s in jobs["merge"]["steps"])
@@ -135,10 +145,12 @@ def test_example_workflow_is_valid():
 @needs_cc
 def test_ci_gate_script_runs_locally(repo, tmp_path):
   git(repo, "checkout", "-q", "main")
-  env = {**os.environ, "PYTHONPATH": str(repo), "REPLAY_DB": str(tmp_path / "r.db"), "BASE": "main", "REPLAY_PYTHON": sys.executable,
+  env = {**os.environ, "PYTHONPATH": str(repo), "REPLAY_DB": str(tmp_path / "r.db"), "BASE": "main",
+         "REPLAY_PYTHON": sys.executable,
          "REPLAY_HTML": str(tmp_path / "report.html")}
   env.pop("PYTEST_CURRENT_TEST", None)
-  proc = subprocess.run(["bash", "scripts/ci_gate.sh", "--only", "ref_add_const"], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+  proc = subprocess.run(["bash", "scripts/ci_gate.sh", "--only", "ref_add_const"], cwd=repo, env=env,
+                        capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
 
@@ -147,9 +159,11 @@ def test_ci_gate_script_runs_locally(repo, tmp_path):
 @needs_cc
 def test_a_capture_run_that_crashes_still_gets_a_report_of_what_it_stored(repo, tmp_path):
   git(repo, "checkout", "-q", "main")
-  crash = ("from scheduler import Tensor\nprint('FAILED workload: doomed', flush=True)\n(Tensor([1.0, 2.0]) + 1).realize()\n"
+  crash = ("from scheduler import Tensor\nprint('FAILED workload: doomed', flush=True)\n(Tensor([1.0, 2.0]) + "
+           "1).realize()\n"
            "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
-  proc = cli("gate", "--base", "main", "--no-coverage", "--", sys.executable, "-c", crash, db=tmp_path / "r.db", cwd=repo)
+  proc = cli("gate", "--base", "main", "--no-coverage", "--", sys.executable, "-c", crash, db=tmp_path / "r.db",
+             cwd=repo)
   assert proc.returncode == 4, proc.stdout + proc.stderr
   out = proc.stdout
   assert "kind" in out and "exec" in out   # the table of the captures that were stored
@@ -160,12 +174,16 @@ def test_a_capture_run_that_crashes_still_gets_a_report_of_what_it_stored(repo, 
 # bugs above the captured graph, which a plain replay cannot see: each must fail the gate as .ci/run runs it
 ABOVE_THE_GRAPH = {
   "mul_gradient_swapped": (("scheduler/gradient.py", "Ops.MUL: lambda g, out: (out.src[1] * g, out.src[0] * g),",
-                            "Ops.MUL: lambda g, out: (out.src[0] * g, out.src[1] * g),"), 3, "produce different outputs"),
-  "nesterov_dropped": (("scheduler/nn/optim.py", "step = step + self.momentum * velocity if self.nesterov else velocity", "step = velocity"),
+                            "Ops.MUL: lambda g, out: (out.src[0] * g, out.src[1] * g),"), 3,
+                           "produce different outputs"),
+  "nesterov_dropped": (("scheduler/nn/optim.py",
+                        "step = step + self.momentum * velocity if self.nesterov else velocity", "step = velocity"),
                        3, "produce different outputs"),
-  "uint8_int8_promote_to_uint16": (("scheduler/dtype.py", "dtypes.uint8: (dtypes.int16, dtypes.uint16),", "dtypes.uint8: (dtypes.uint16,),"),
+  "uint8_int8_promote_to_uint16": (("scheduler/dtype.py", "dtypes.uint8: (dtypes.int16, dtypes.uint16),",
+                                    "dtypes.uint8: (dtypes.uint16,),"),
                                    3, "produce different outputs"),
-  "flag_default_changed": (("scheduler/helpers.py", 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)', 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 1)'),
+  "flag_default_changed": (("scheduler/helpers.py", 'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)',
+                            'FUSE_ARANGE = ContextVar("FUSE_ARANGE", 1)'),
                            1, "run only while their module is imported"),
 }
 
@@ -176,6 +194,7 @@ ABOVE_THE_GRAPH = {
 def test_bugs_above_the_graph_fail_the_gate_as_ci_runs_it(repo, tmp_path, name):
   edit_args, code, reason = ABOVE_THE_GRAPH[name]
   commit_on_a(repo, name, lambda r: edit(r, *edit_args))
-  proc = cli("gate", "--base", "main", "--allow-incompatible", "--", sys.executable, "-m", "scripts.workloads", "--only", "mlp_sgd",
+  proc = cli("gate", "--base", "main", "--allow-incompatible", "--", sys.executable, "-m", "scripts.workloads",
+             "--only", "mlp_sgd",
              "mixed_dtypes", "ref_arange", "--no-variants", db=tmp_path / "r.db", cwd=repo)
   assert proc.returncode == code and reason in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]

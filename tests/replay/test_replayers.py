@@ -19,7 +19,8 @@ def test_fresh_buffers_do_not_collide_with_captured_numbers():
 
 
 def test_numeric_policy():
-  ok, m = compare_arrays(np.array([1.0, np.nan, np.inf], np.float32), np.array([1.0 + 1e-7, np.nan, np.inf], np.float32))
+  ok, m = compare_arrays(np.array([1.0, np.nan, np.inf], np.float32),
+                         np.array([1.0 + 1e-7, np.nan, np.inf], np.float32))
   assert ok and m["mismatches"] == 0
   ok, m = compare_arrays(np.array([1.0, 2.0], np.float32), np.array([1.0, 2.1], np.float32))
   assert not ok and m["mismatches"] == 1 and abs(m["max_abs_err"] - 0.1) < 1e-5
@@ -74,7 +75,8 @@ def test_workers_run_under_a_memory_limit(tmp_path):
   from tests.conftest import REPO
   code = ("import os, resource; from replay.worker import limit_memory; limit_memory(); "
           "print(resource.getrlimit(resource.RLIMIT_AS)[0]); bytearray(600 * 1024 * 1024)")
-  proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO), "REPLAY_WORKER_MEMORY_MB": "512"},
+  proc = subprocess.run([sys.executable, "-c", code],
+                        env={**os.environ, "PYTHONPATH": str(REPO), "REPLAY_WORKER_MEMORY_MB": "512"},
                         capture_output=True, text=True, timeout=60)
   assert proc.stdout.split()[0] == str(512 * 1024 * 1024) and proc.returncode != 0 and "MemoryError" in proc.stderr
 

@@ -8,11 +8,13 @@ from replay import report as rpt
 
 
 def outcome(i, status, kind="schedule", diff="", location="loc", name="x", metrics="{}"):
-  return {"capture_id": i, "status": status, "kind": kind, "diff": diff, "reason": "", "location": location, "name": name, "metrics": metrics,
+  return {"capture_id": i, "status": status, "kind": kind, "diff": diff, "reason": "", "location": location,
+          "name": name, "metrics": metrics,
           "seconds": 0.0}
 
 
-KERNEL_DIFF = "schedule: 2 kernels in the base, 2 captured\nkernel 1 (r_4) changed\n\n--- base kernel 1 (r_4)\n+++ captured kernel 1 (r_4)\n" \
+KERNEL_DIFF = "schedule: 2 kernels in the base, 2 captured\nkernel 1 (r_4) changed\n\n" \
+              "--- base kernel 1 (r_4)\n+++ captured kernel 1 (r_4)\n" \
               "@@ -1,2 +1,2 @@\n SINK\n-  ADD\n+  MUL\n@@ -9,2 +9,2 @@\n x\n-  A\n+  B"
 
 
@@ -21,8 +23,10 @@ def summary(outcomes, **kw):
 
 
 def sample():
-  return summary([outcome(1, "changed", diff=KERNEL_DIFF, location="a.py:1 f"), outcome(2, "changed", diff=KERNEL_DIFF, location="b.py:2 g"),
-                  outcome(3, "same"), outcome(4, "mismatch", "exec", "output 0 (float[4]): 1 of 4 elements differ\n-  [0] 1.0\n+  [0] 2.0",
+  return summary([outcome(1, "changed", diff=KERNEL_DIFF, location="a.py:1 f"),
+                  outcome(2, "changed", diff=KERNEL_DIFF, location="b.py:2 g"),
+                  outcome(3, "same"),
+                  outcome(4, "mismatch", "exec", "output 0 (float[4]): 1 of 4 elements differ\n-  [0] 1.0\n+  [0] 2.0",
                                                                    location="c.py:3 h"),
                   outcome(5, "changed", "kernel", "--- base\n+++ captured\n@@ -1 +1 @@\n-a\n+b", name="E_4"),
                   outcome(6, "changed", "kernel", "--- base\n+++ captured\n@@ -1 +1 @@\n-c\n+d", name="r_4")])
@@ -110,9 +114,11 @@ def _browser_dom(page: str, tmp_path) -> str:
                         capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0 and "<html" in proc.stdout, proc.stderr[-2000:]
   shot = tmp_path / "report.png"
-  subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,1600", f"--screenshot={shot}", path.as_uri()],
+  subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,1600",
+                  f"--screenshot={shot}", path.as_uri()],
                  capture_output=True, timeout=120)
-  assert shot.exists() and shot.stat().st_size > 5000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"   # the page rendered
+  # the page rendered
+  assert shot.exists() and shot.stat().st_size > 5000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   return proc.stdout
 
 
@@ -122,7 +128,8 @@ def test_a_real_browser_sees_the_structure_and_nothing_injected(tmp_path):
   """Issue 15.7 and 13.6 in a real browser: the DOM it builds has the contents, the verdict and one table per hunk,
   and database text that looks like markup (a kind, a location, a diff) stays text."""
   hostile = "<img src=x onerror=alert(5)></details></pre><script>document.title='pwned'</script>"
-  s = summary([*sample().outcomes, outcome(7, "changed", kind=hostile, diff="@@ -1 +1 @@\n-" + hostile + "\n+b", location=hostile)])
+  s = summary([*sample().outcomes,
+               outcome(7, "changed", kind=hostile, diff="@@ -1 +1 @@\n-" + hostile + "\n+b", location=hostile)])
   dom = _Dom()
   dom.feed(_browser_dom(rpt.render_html(s), tmp_path))
   tags = dom.found

@@ -9,7 +9,8 @@ from scheduler.device import find_c_compiler
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")]
 # relu lets small negative values through: a frontend bug, already in the graph that head captures
-LEAKY_RELU = ("scheduler/tensor/elementwise.py", '"relu": lambda x: (x > 0).where(x, 0),', '"relu": lambda x: (x > -0.05).where(x, 0),')
+LEAKY_RELU = ("scheduler/tensor/elementwise.py", '"relu": lambda x: (x > 0).where(x, 0),',
+              '"relu": lambda x: (x > -0.05).where(x, 0),')
 
 
 def test_a_frontend_bug_is_invisible_to_replay_and_a_mismatch_end_to_end(repo, tmp_path):
@@ -26,7 +27,8 @@ def test_a_frontend_bug_is_invisible_to_replay_and_a_mismatch_end_to_end(repo, t
   assert "rerun end to end" in proc.stdout and "nondeterministic" in proc.stdout
   s = Store(str(db))
   runs = list(s.db.query("SELECT id, rerun_of, tree, exit_code FROM runs ORDER BY id"))
-  assert [r["rerun_of"] for r in runs] == [None, runs[0]["id"], runs[0]["id"]] and all(r["exit_code"] == 0 for r in runs)
+  assert [r["rerun_of"] for r in runs] == [None, runs[0]["id"],
+                                           runs[0]["id"]] and all(r["exit_code"] == 0 for r in runs)
   assert s.latest_run_id() == runs[0]["id"]   # reruns never become "the latest run"
   # the json report carries the notes and the same verdict
   rep = cli("report", "--format", "json", db=db, cwd=repo)
@@ -63,7 +65,8 @@ def test_a_nondeterministic_program_is_reported_as_such_not_as_a_regression(repo
 
 def test_a_changed_flag_default_is_reported_and_replayed_with_the_base_default(repo, tmp_path):
   # head stops splitting big reduces by default; the captures record SPLIT_REDUCEOP=0 and a plain replay reapplies it
-  commit_on_a(repo, "no-split", lambda r: edit(r, "scheduler/helpers.py", 'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)',
+  commit_on_a(repo, "no-split",
+              lambda r: edit(r, "scheduler/helpers.py", 'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)',
                                                'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 0)'))
   db = tmp_path / "r.db"
   code = "from scheduler import Tensor\nprint(Tensor.ones(1 << 18).contiguous().realize().sum().item())"
@@ -71,7 +74,8 @@ def test_a_changed_flag_default_is_reported_and_replayed_with_the_base_default(r
   proc = cli("diff", "--base", "main", db=db, cwd=repo)
   assert "SPLIT_REDUCEOP: 1 in the base, 0 in the captured run" in proc.stdout, proc.stdout + proc.stderr
   st = statuses(proc.stdout)
-  assert st["schedule"]["changed"] >= 1 and "with the base's flag defaults (SPLIT_REDUCEOP=1)" in proc.stdout, proc.stdout
+  assert (st["schedule"]["changed"] >= 1
+          and "with the base's flag defaults (SPLIT_REDUCEOP=1)" in proc.stdout), proc.stdout
   for fmt, text in (("markdown", "SPLIT_REDUCEOP"), ("html", "SPLIT_REDUCEOP"), ("junit", "SPLIT_REDUCEOP")):
     assert text in cli("report", "--format", fmt, db=db, cwd=repo).stdout
 
@@ -123,13 +127,16 @@ def test_a_rerun_that_crashes_is_retried_once_and_never_makes_captures_nondeterm
   assert proc.returncode == code, proc.stdout + proc.stderr
   assert "nondeterministic" not in proc.stdout.split("\n", 3)[3], proc.stdout   # (beyond the table's header)
   assert "running it once more" in proc.stderr
-  if code: assert "failed twice with main" in proc.stdout and "end-to-end comparison is incomplete" in proc.stdout, proc.stdout
+  if code:
+    assert "failed twice with main" in proc.stdout and "end-to-end comparison is incomplete" in proc.stdout, proc.stdout
 
 
 def test_a_program_the_base_cannot_run_is_incompatible_not_a_crash(repo, tmp_path):
   # head adds a Tensor method and the program calls it: the base raises AttributeError, the same way twice
-  commit_on_a(repo, "new-method", lambda r: edit(r, "scheduler/tensor/elementwise.py", "  def hardtanh(self, min_val=-1, max_val=1):",
-                                                 "  def twice(self): return self * 2\n\n  def hardtanh(self, min_val=-1, max_val=1):"))
+  commit_on_a(repo, "new-method",
+              lambda r: edit(r, "scheduler/tensor/elementwise.py", "  def hardtanh(self, min_val=-1, max_val=1):",
+                                                 "  def twice(self): return self * 2\n\n  def hardtanh(self, "
+                                                 "min_val=-1, max_val=1):"))
   program = repo / "uses_new.py"   # in the tree, so that it imports the tree's compiler
   program.write_text("from scheduler import Tensor\nprint((Tensor([1.0, 2.0]) + 1).realize().numpy())\n"
                      "print(Tensor([1.0, 2.0]).twice().realize().numpy())\n")
@@ -137,8 +144,10 @@ def test_a_program_the_base_cannot_run_is_incompatible_not_a_crash(repo, tmp_pat
   captured = cli("capture", "--", sys.executable, str(program), db=db, cwd=repo)
   assert captured.returncode == 0, captured.stderr
   proc = cli("diff", "--base", "main", "--rerun", db=db, cwd=repo)
-  assert proc.returncode == 4 and "the base cannot run this program" in proc.stdout and "--allow-incompatible lets this through" in proc.stdout, proc.stdout
+  assert (proc.returncode == 4 and "the base cannot run this program" in proc.stdout
+          and "--allow-incompatible lets this through" in proc.stdout), proc.stdout
   allowed = cli("diff", "--base", "main", "--rerun", "--allow-incompatible", db=db, cwd=repo)
   assert allowed.returncode == 0, allowed.stdout + allowed.stderr
   st = statuses(allowed.stdout)
-  assert st["exec"]["added"] >= 1 and st["exec"]["same"] >= 1 and "nondeterministic" not in allowed.stdout.split("\n", 3)[3]
+  assert (st["exec"]["added"] >= 1 and st["exec"]["same"] >= 1
+          and "nondeterministic" not in allowed.stdout.split("\n", 3)[3])

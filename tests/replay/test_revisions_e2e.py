@@ -3,7 +3,8 @@ a fusion-rule change, broken arithmetic in the C renderer, a renamed module, and
 crash or hang."""
 import json, re, sys
 import pytest
-from tests.replay.conftest import cli, capture_workloads, git, edit, commit_on_a, rename_view_module, bump_contract, NO_REALIZE_EXPAND
+from tests.replay.conftest import (cli, capture_workloads, git, edit, commit_on_a, rename_view_module, bump_contract,
+                                   NO_REALIZE_EXPAND)
 from scheduler.device import find_c_compiler
 from replay.report import STATUSES
 
@@ -51,22 +52,26 @@ def test_fusion_rule_change_is_changed_with_a_readable_diff(repo, tmp_path):
   assert proc.returncode == 0, proc.stdout + proc.stderr
   st = statuses(proc.stdout)
   assert st["schedule"]["changed"] >= 1 and st["exec"]["mismatch"] == 0 and st["exec"]["same"] == st["exec"]["total"]
-  assert re.search(r"kernels? \d+.* (changed|removed|fused into|added)", proc.stdout) and "\n-" in proc.stdout and "\n+" in proc.stdout
+  assert re.search(r"kernels? \d+.* (changed|removed|fused into|added)",
+                   proc.stdout) and "\n-" in proc.stdout and "\n+" in proc.stdout
   assert "STORE" in proc.stdout
   proc = cli("diff", "--base", "main", "--expect-no-change", db=db, cwd=repo)
   assert proc.returncode == 1 and "promised no kernel change" in proc.stdout
   # --max-changed stops on purpose: the verdict is the one of what ran, never INCOMPLETE, now and in a later report
   stopped = cli("diff", "--base", "main", "--max-changed", "1", "--jobs", "1", db=db, cwd=repo)
-  assert stopped.returncode == 0 and "stopped early" in stopped.stderr and "INCOMPLETE" not in stopped.stdout, stopped.stdout
+  assert (stopped.returncode == 0 and "stopped early" in stopped.stderr
+          and "INCOMPLETE" not in stopped.stdout), stopped.stdout
   later = cli("report", db=db, cwd=repo)
   assert later.returncode == 0 and "INCOMPLETE" not in later.stdout
-  for bad in ("0", "-3", "150%", "five"): assert cli("diff", "--base", "main", "--max-changed", bad, db=db, cwd=repo).returncode == 2
+  for bad in ("0", "-3", "150%", "five"):
+    assert cli("diff", "--base", "main", "--max-changed", bad, db=db, cwd=repo).returncode == 2
 
 
 def test_broken_c_arithmetic_is_a_mismatch(repo, tmp_path):
   # float multiplies come out 0.1% too large (index math is int and stays right)
   commit_on_a(repo, "broken-mul", lambda r: edit(r, "runtimes/cpu.py", '  if op is Ops.CAST: return f"({ct})({s[0]})"',
-              '  if op is Ops.MUL and dtypes.is_float(dtype): return f"({ct})({s[0]}*{s[1]}*1.001f)"\n  if op is Ops.CAST: return f"({ct})({s[0]})"'))
+              '  if op is Ops.MUL and dtypes.is_float(dtype): return f"({ct})({s[0]}*{s[1]}*1.001f)"\n  if op is '
+              'Ops.CAST: return f"({ct})({s[0]})"'))
   db = tmp_path / "r.db"
   capture_workloads(db, *WORKLOADS, cwd=repo)
   proc = cli("diff", "--base", "main", db=db, cwd=repo)
@@ -75,7 +80,8 @@ def test_broken_c_arithmetic_is_a_mismatch(repo, tmp_path):
   assert st["exec"]["mismatch"] >= 1 and st["kernel"]["changed"] >= 1
   assert "elements differ" in proc.stdout
   # the output is named by dtype, shape, the function and the line of the workload that made it
-  assert re.search(r"output \d+ \(float\[[0-9, ]*\] \w+ from <string>:1 <module>\): \d+ of \d+ elements differ", proc.stdout), proc.stdout
+  assert re.search(r"output \d+ \(float\[[0-9, ]*\] \w+ from <string>:1 <module>\): \d+ of \d+ elements differ",
+                   proc.stdout), proc.stdout
 
 
 def test_renamed_internal_module_replays_and_a_new_contract_version_is_incompatible(repo, tmp_path):
@@ -90,8 +96,10 @@ def test_renamed_internal_module_replays_and_a_new_contract_version_is_incompati
   older = tmp_path / "older.db"
   capture_workloads(older, *WORKLOADS, cwd=repo)
   proc = cli("diff", "--base", renamed, db=older, cwd=repo)
-  assert proc.returncode == 0 and all(v["same"] == v["total"] > 0 for v in statuses(proc.stdout).values()), proc.stdout + proc.stderr
-  # a head whose contract changed meaning (version 2, reading only 2): its captures are incompatible at the base, which says why
+  assert (proc.returncode == 0
+          and all(v["same"] == v["total"] > 0 for v in statuses(proc.stdout).values())), proc.stdout + proc.stderr
+  # a head whose contract changed meaning (version 2, reading only 2): its captures are incompatible at the base, which
+  # says why
   git(repo, "checkout", "-q", renamed)
   bump_contract(repo)
   git(repo, "commit", "-qam", "contract v2")
@@ -109,7 +117,8 @@ def test_crashing_and_hanging_kernels_are_errors_and_the_run_completes(repo, tmp
   crashy = commit_on_a(repo, "crashy", lambda r: plant_at_constants(r, {1234.5: CRASH, 4321.5: SPIN}))
   git(repo, "checkout", "-q", "main")
   script = tmp_path / "w.py"
-  script.write_text("import numpy as np\nfrom scheduler import Tensor\nx = Tensor(np.arange(8, dtype=np.float32)).realize()\n"
+  script.write_text("import numpy as np\nfrom scheduler import Tensor\nx = Tensor(np.arange(8, "
+                    "dtype=np.float32)).realize()\n"
                     "for c in (2.0, 1234.5, 3.0, 4321.5, 5.0): (x * c).realize()\n")
   db = tmp_path / "r.db"
   assert cli("capture", "--", sys.executable, str(script), db=db, cwd=repo).returncode == 0
@@ -167,7 +176,9 @@ def test_sut_entries_must_be_plain_package_names(tmp_path):
 
 def test_a_compile_flag_change_is_a_kernel_change_with_the_option_diff(repo, tmp_path):
   """Issue 18.1: kernel captures compare the compile options (flags, compiler), not only the source."""
-  commit_on_a(repo, "fast-math", lambda r: edit(r, "runtimes/cpu.py", '"-ffp-contract=off", "-nostdlib")', '"-ffp-contract=off", "-nostdlib", "-ffast-math")'))
+  commit_on_a(repo, "fast-math",
+              lambda r: edit(r, "runtimes/cpu.py", '"-ffp-contract=off", "-nostdlib")',
+                             '"-ffp-contract=off", "-nostdlib", "-ffast-math")'))
   db = tmp_path / "r.db"
   capture_workloads(db, "ref_add_const", cwd=repo)
   proc = cli("diff", "--base", "main", "--kind", "kernel", db=db, cwd=repo)
@@ -180,12 +191,14 @@ def test_a_compile_flag_change_is_a_kernel_change_with_the_option_diff(repo, tmp
 def test_outputs_that_drift_within_tolerance_are_reported_and_fail_only_on_request(repo, tmp_path):
   # float multiplies come out one ulp too large: within every tolerance, but not the same bits
   commit_on_a(repo, "drift-mul", lambda r: edit(r, "runtimes/cpu.py", '  if op is Ops.CAST: return f"({ct})({s[0]})"',
-              '  if op is Ops.MUL and dtype == dtypes.float32: return f"({ct})({s[0]}*{s[1]}*1.00000012f)"\n  if op is Ops.CAST: return f"({ct})({s[0]})"'))
+              '  if op is Ops.MUL and dtype == dtypes.float32: return f"({ct})({s[0]}*{s[1]}*1.00000012f)"\n  if op is '
+              'Ops.CAST: return f"({ct})({s[0]})"'))
   db = tmp_path / "r.db"
   capture_workloads(db, *WORKLOADS, cwd=repo)
   proc = cli("diff", "--base", "main", db=db, cwd=repo)
   assert proc.returncode == 0, proc.stdout + proc.stderr
-  assert re.search(r"drift: \d+ captures \(\d+ elements\) give other bits within tolerance, at most \d+ ulp", proc.stdout), proc.stdout
+  assert re.search(r"drift: \d+ captures \(\d+ elements\) give other bits within tolerance, at most \d+ ulp",
+                   proc.stdout), proc.stdout
   assert statuses(proc.stdout)["exec"]["mismatch"] == 0
   doc = json.loads(cli("report", "--format", "json", db=db, cwd=repo).stdout)
   assert doc["drift"]["captures"] >= 1 and doc["drift"]["max_ulp"] >= 1
@@ -197,14 +210,16 @@ def test_outputs_that_drift_within_tolerance_are_reported_and_fail_only_on_reque
 def test_kernels_that_keep_values_but_cost_more_are_flagged_slower(repo, tmp_path):
   # index math is no longer simplified: the same values, more arithmetic per element
   commit_on_a(repo, "no-index-simplify", lambda r: edit(r, "scheduler/codegen/lowerer.py",
-              "exprs = self.view_cache[st] = (idx.simplify(), valid.simplify())", "exprs = self.view_cache[st] = (idx, valid)"))
+              "exprs = self.view_cache[st] = (idx.simplify(), valid.simplify())",
+              "exprs = self.view_cache[st] = (idx, valid)"))
   db = tmp_path / "r.db"
   capture_workloads(db, *WORKLOADS, cwd=repo)
   proc = cli("diff", "--base", "main", db=db, cwd=repo)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   st = statuses(proc.stdout)
   assert st["kernel"]["changed"] >= 1 and st["exec"]["mismatch"] == 0
-  assert re.search(r"\[kernel\] changed \(slower \+\d+%\)", proc.stdout) and "slower: static cost" in proc.stdout, proc.stdout
+  assert re.search(r"\[kernel\] changed \(slower \+\d+%\)",
+                   proc.stdout) and "slower: static cost" in proc.stdout, proc.stdout
   assert re.search(r"slower: \d+ changed captures cost more than the base's", proc.stdout)
   doc = json.loads(cli("report", "--format", "json", db=db, cwd=repo).stdout)
   assert doc["slower"] and all(item["growth"] > 0 for item in doc["slower"])
@@ -219,12 +234,14 @@ def test_a_signal_ends_the_replay_with_its_code_and_kills_a_worker_stuck_in_a_ke
   stuck = commit_on_a(repo, "stuck", lambda r: plant_at_constants(r, {4321.5: SPIN}))
   git(repo, "checkout", "-q", "main")
   script = tmp_path / "w.py"
-  script.write_text("import numpy as np\nfrom scheduler import Tensor\nx = Tensor(np.arange(8, dtype=np.float32)).realize()\n"
+  script.write_text("import numpy as np\nfrom scheduler import Tensor\nx = Tensor(np.arange(8, "
+                    "dtype=np.float32)).realize()\n"
                     "(x * 4321.5).realize()\n")
   db = tmp_path / "r.db"
   assert cli("capture", "--", sys.executable, str(script), db=db, cwd=repo).returncode == 0
   env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db)}
-  proc = subprocess.Popen([sys.executable, "-m", "replay", "diff", "--base", stuck, "--timeout", "600", "--kind", "exec", "--jobs", "1"], cwd=repo,
+  proc = subprocess.Popen([sys.executable, "-m", "replay", "diff", "--base", stuck, "--timeout", "600", "--kind",
+                           "exec", "--jobs", "1"], cwd=repo,
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   # wait until the worker is spinning in the kernel: a child process of the replay that has used 3 s of CPU time. CPU
   # time, not a CPU share: on a loaded machine a spinning worker gets a small share, but its time keeps adding up
@@ -234,14 +251,17 @@ def test_a_signal_ends_the_replay_with_its_code_and_kills_a_worker_stuck_in_a_ke
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime + stime
   deadline, busy = time.time() + 600, []
   while time.time() < deadline and not busy and proc.poll() is None:
-    children = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "replay.worker"], capture_output=True, text=True).stdout.split()   # ours only
+    # ours only
+    children = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "replay.worker"], capture_output=True,
+                              text=True).stdout.split()
     busy = [pid for pid in children if cpu_seconds(pid) > 3.0]
     time.sleep(0.5)
   assert busy, "the worker never got stuck"
   proc.send_signal(getattr(signal, sig))
   assert proc.wait(timeout=30) == code, proc.stderr.read()
   time.sleep(0.5)
-  assert all(subprocess.run(["ps", "-p", pid], capture_output=True).returncode != 0 for pid in busy), "a stuck worker outlived the replay"
+  assert all(subprocess.run(["ps", "-p", pid],
+                            capture_output=True).returncode != 0 for pid in busy), "a stuck worker outlived the replay"
   report = cli("report", db=db, cwd=repo)   # the replay it cut short is stored as such
   assert report.returncode == 4 and "INCOMPLETE" in report.stdout, report.stdout
 
@@ -258,7 +278,8 @@ def test_concurrent_diffs_against_the_same_new_base_share_one_valid_worktree(rep
             f"path = revisions.overlay({sha!r}, Path({str(repo)!r})); "
             "print(sorted(p.name for p in path.iterdir()))")
   env = {**__import__("os").environ, "REPLAY_CACHE_DIR": str(cache)}
-  procs = [subprocess.Popen([sys.executable, "-c", script], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  procs = [subprocess.Popen([sys.executable, "-c", script], cwd=repo, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
            for _ in range(6)]
   results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
   assert all(code == 0 for code, _, _ in results), [err for code, _, err in results if code]

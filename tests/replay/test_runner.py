@@ -63,7 +63,8 @@ SCRIPTED_WORKER = textwrap.dedent('''
     if name == "die": os._exit(3)
     if name == "hang": time.sleep(600)
     if name == "slow": time.sleep(0.3)
-    send(out, {"capture_id": header["capture_id"], "status": "same", "metrics": {"pid": os.getpid()}, "compiler_seconds": 0.01})
+    send(out, {"capture_id": header["capture_id"], "status": "same", "metrics": {"pid": os.getpid()},
+               "compiler_seconds": 0.01})
 ''')
 
 
@@ -71,13 +72,15 @@ def store_with(tmp_path, names: list[str]) -> tuple[Store, list[dict]]:
   """A database whose captures' input payloads are the names that tell the scripted worker what to do."""
   store = Store(str(tmp_path / "r.db"))
   run = store.add_run(argv="[]")
-  for i, name in enumerate(names): store.add_capture(run, "kernel", f"key{i}", name, f"here:{i}", name.encode(), b"out", {}, {})
+  for i, name in enumerate(names):
+    store.add_capture(run, "kernel", f"key{i}", name, f"here:{i}", name.encode(), b"out", {}, {})
   return store, store.captures(run_ids=[run])
 
 
 def replay(store, captures, **options) -> dict:
   options = RunOptions(**{"jobs": 1, "progress": False, **options})
-  result = CaptureReplay(store, captures, [str(REPO)], {}, options, worker_command=[sys.executable, "-c", SCRIPTED_WORKER]).run()
+  result = CaptureReplay(store, captures, [str(REPO)], {}, options,
+                         worker_command=[sys.executable, "-c", SCRIPTED_WORKER]).run()
   assert result.flag_defaults == {"X": 0}
   return {o["capture_id"]: o for o in result.outcomes}
 
@@ -110,7 +113,8 @@ def test_a_worker_done_early_steals_from_the_slow_one(tmp_path):
 def test_max_changed_stops_feeding_workers(tmp_path):
   store, caps = store_with(tmp_path, ["ok"] * 5)
   options = RunOptions(jobs=1, progress=False, max_changed="2")
-  runner = CaptureReplay(store, caps, [str(REPO)], {}, options, worker_command=[sys.executable, "-c", SCRIPTED_WORKER.replace(
+  runner = CaptureReplay(store, caps, [str(REPO)], {}, options,
+                         worker_command=[sys.executable, "-c", SCRIPTED_WORKER.replace(
     '"status": "same"', '"status": "changed"')])
   result = runner.run()
   assert result.stopped_early and [o["status"] for o in result.outcomes] == ["changed", "changed"]

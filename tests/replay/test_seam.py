@@ -14,7 +14,8 @@ def imported_names(path: pathlib.Path) -> set[str]:
     if isinstance(node, ast.Import): names |= {alias.name for alias in node.names}
     elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
       names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
-    elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+    elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0],
+                                                                 ast.Constant) and isinstance(node.args[0].value, str):
       func = node.func
       called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
       if called in ("__import__", "import_module"): names.add(node.args[0].value)
@@ -36,7 +37,8 @@ WATCH = textwrap.dedent('''
     if level == 0 and importer.split(".")[0] in HARNESS and name.split(".")[0] in SUT: seen.add(name)
     return real_import(name, globals, locals, fromlist, level)
   def watched_module(name, package=None):
-    if sys._getframe(1).f_globals.get("__name__", "").split(".")[0] in HARNESS and name.split(".")[0] in SUT: seen.add(name)
+    importer = sys._getframe(1).f_globals.get("__name__", "")
+    if importer.split(".")[0] in HARNESS and name.split(".")[0] in SUT: seen.add(name)
     return real_import_module(name, package)
   builtins.__import__, importlib.import_module = watched, watched_module
   import numpy as np

@@ -5,7 +5,9 @@ import pytest
 from replay import serialize
 
 
-@pytest.mark.parametrize("value", [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([True, False]), np.int64(-5), np.float16(1.5),
+@pytest.mark.parametrize("value",
+                         [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([True, False]), np.int64(-5),
+                          np.float16(1.5),
                                    np.zeros((0, 3), np.uint8), np.array([1 + 2j], np.complex64)])
 def test_plain_numpy_values_round_trip(value):
   loaded = serialize.loads(serialize.dumps(value))
@@ -14,7 +16,9 @@ def test_plain_numpy_values_round_trip(value):
   assert b"_PlainArray" not in serialize.dumps(loaded)   # re-pickled, a loaded array is a plain ndarray again
 
 
-@pytest.mark.parametrize("value", [np.array([None, 1], dtype=object), np.zeros(2, dtype=[("a", "f4"), ("b", "i4")]), np.dtype("V8"),
+@pytest.mark.parametrize("value",
+                         [np.array([None, 1], dtype=object), np.zeros(2, dtype=[("a", "f4"), ("b", "i4")]),
+                          np.dtype("V8"),
                                    np.zeros(3, dtype="V4"), np.dtype("O")])
 def test_object_structured_and_void_dtypes_are_refused(value):
   with pytest.raises(serialize.UnsafePickleError, match="numpy dtype"): serialize.loads(serialize.dumps(value))

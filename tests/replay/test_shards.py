@@ -43,7 +43,8 @@ def test_shards_replayed_apart_merge_into_the_whole_replay(captured, tmp_path):
     reports.append(tmp_path / f"shard{i}.json"); dbs.append(db)
     assert json.loads(proc.stdout)["replay"]["shard"] == f"{i}/3"
   parts = [{o["capture_id"] for o in json.loads(p.read_text())["outcomes"]} for p in reports]
-  assert set.union(*parts) == {o["capture_id"] for o in full["outcomes"]} and sum(map(len, parts)) == len(full["outcomes"])
+  assert set.union(*parts) == {o["capture_id"] for o in full["outcomes"]} and sum(map(len,
+                                                                                      parts)) == len(full["outcomes"])
   for inputs in (reports, dbs[::-1], [reports[0], dbs[1], reports[2]]):
     merged = cli("merge", *map(str, inputs), "--format", "json", db=captured)
     assert merged.returncode == 0, merged.stdout + merged.stderr
@@ -51,7 +52,8 @@ def test_shards_replayed_apart_merge_into_the_whole_replay(captured, tmp_path):
     assert doc["totals"] == full["totals"] and doc["verdict"] == full["verdict"] and doc["exit_code"] == 0
     assert doc["replay"]["shard"] == "3 of 3 shards" and doc["replay"]["selected"] == len(full["outcomes"])
   text = cli("merge", *map(str, reports), db=captured)
-  assert text.returncode == 0 and text.stdout.startswith("merged replay of 3 of 3 shards: ") and "OK: all" in text.stdout
+  assert (text.returncode == 0 and text.stdout.startswith("merged replay of 3 of 3 shards: ")
+          and "OK: all" in text.stdout)
 
 
 def test_merge_fails_on_a_missing_shard_and_a_mismatch_in_any_shard(captured, tmp_path):
@@ -77,14 +79,16 @@ def test_merge_fails_on_a_missing_shard_and_a_mismatch_in_any_shard(captured, tm
 def test_merge_refuses_results_that_are_not_shards_of_one_replay(captured, tmp_path):
   one, other = tmp_path / "a.json", tmp_path / "b.json"
   assert cli("run", "--shard", "1/2", "--format", "json", "--output", str(one), db=captured).returncode == 0
-  assert cli("run", "--shard", "2/2", "--expect-no-change", "--format", "json", "--output", str(other), db=captured).returncode == 0
+  assert cli("run", "--shard", "2/2", "--expect-no-change", "--format", "json", "--output", str(other),
+             db=captured).returncode == 0
   proc = cli("merge", str(one), str(other))
   assert proc.returncode == 2 and "not shards of one replay: their policy differs" in proc.stderr, proc.stderr
   proc = cli("merge", str(one), str(one))
   assert proc.returncode == 2 and "given twice" in proc.stderr
   (tmp_path / "junk.json").write_text("{not json")
   proc = cli("merge", str(tmp_path / "junk.json"))
-  assert proc.returncode == 2 and "neither a replay database nor a JSON report" in proc.stderr and "Traceback" not in proc.stderr
+  assert (proc.returncode == 2 and "neither a replay database nor a JSON report" in proc.stderr
+          and "Traceback" not in proc.stderr)
   proc = cli("merge", str(tmp_path / "nope.db"))
   assert proc.returncode == 2 and "no such file" in proc.stderr
   proc = cli("run", "--shard", "3/2", db=captured)
@@ -102,7 +106,8 @@ def test_merge_proves_its_inputs_are_the_shards_of_one_replay(captured, tmp_path
   proc = cli("merge", shard(captured, "1/2", name="a1.json"), shard(twin, "2/2", name="b2.json"))
   assert proc.returncode == 2 and "come from different databases" in proc.stderr, proc.stderr
   # two selections of one database
-  proc = cli("merge", shard(captured, "1/2", "--kind", "exec", name="e1.json"), shard(captured, "2/2", "--kind", "kernel", name="k2.json"))
+  proc = cli("merge", shard(captured, "1/2", "--kind", "exec", name="e1.json"),
+             shard(captured, "2/2", "--kind", "kernel", name="k2.json"))
   assert proc.returncode == 2 and "come from different selections" in proc.stderr, proc.stderr
   # a forged shard that repeats shard 1's captures under another number
   first, second = shard(captured, "1/3", name="s1.json"), shard(captured, "2/3", name="s2.json")
@@ -115,4 +120,5 @@ def test_merge_proves_its_inputs_are_the_shards_of_one_replay(captured, tmp_path
   doc["replay"]["policy"] = [1]
   (tmp_path / "bad.json").write_text(json.dumps(doc))
   proc = cli("merge", first, str(tmp_path / "bad.json"))
-  assert proc.returncode == 2 and "policy is not a JSON object" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+  assert (proc.returncode == 2 and "policy is not a JSON object" in proc.stderr
+          and proc.stderr.count("\n") == 1), proc.stderr

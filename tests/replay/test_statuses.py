@@ -13,7 +13,8 @@ def test_one_severity_order_for_reports_and_for_merging():
 
 
 def test_report_groups_follow_the_severity_order():
-  outcomes = [{"capture_id": i, "kind": "exec", "name": "n", "location": "l", "status": st, "diff": st, "reason": "", "metrics": "{}"}
+  outcomes = [{"capture_id": i, "kind": "exec", "name": "n", "location": "l", "status": st, "diff": st, "reason": "",
+               "metrics": "{}"}
               for i, st in enumerate(reversed(statuses.SEVERITY_ORDER))]
   summary = Summary({"id": 1}, outcomes)
   shown = [group[0]["status"] for group in summary.groups()]

@@ -95,9 +95,11 @@ def test_a_full_disk_is_one_clear_line_and_nothing_half_written(tmp_path):
   db = tmp_path / "r.db"
   env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db)}
   env.pop("CAPTURE_PROCESS_REPLAY", None)
-  subprocess.run([sys.executable, "-m", "replay", "capture", "--", sys.executable, "-m", "scripts.workloads", "--only", "mlp_sgd", "--no-variants"],
+  subprocess.run([sys.executable, "-m", "replay", "capture", "--", sys.executable, "-m", "scripts.workloads", "--only",
+                  "mlp_sgd", "--no-variants"],
                  cwd=REPO, env=env, check=True, capture_output=True)
-  run = FULL_DISK.format(limit=20000, body="sys.argv = ['replay', 'run', '--jobs', '1']\nfrom replay.cli import main\nmain()")
+  run = FULL_DISK.format(limit=20000,
+                         body="sys.argv = ['replay', 'run', '--jobs', '1']\nfrom replay.cli import main\nmain()")
   proc = subprocess.run([sys.executable, "-c", run], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 4 and proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
   assert proc.stderr.startswith("replay: error: cannot ") and "disk" in proc.stderr and "Traceback" not in proc.stderr
@@ -105,8 +107,10 @@ def test_a_full_disk_is_one_clear_line_and_nothing_half_written(tmp_path):
   assert s.integrity_ok() and len(s.captures()) > 0
   # captures under a full disk: the program runs on, with one warning
   capture = FULL_DISK.format(limit=40000, body="import numpy as np\nfrom scheduler import Tensor\n"
-                                               "for i in range(20): (Tensor(np.arange(64, dtype=np.float32)) * i).realize()\nprint('done')")
-  proc = subprocess.run([sys.executable, "-c", capture], cwd=REPO, env={**env, "CAPTURE_PROCESS_REPLAY": "1"}, capture_output=True, text=True,
+                                               "for i in range(20): (Tensor(np.arange(64, dtype=np.float32)) * "
+                                               "i).realize()\nprint('done')")
+  proc = subprocess.run([sys.executable, "-c", capture], cwd=REPO, env={**env, "CAPTURE_PROCESS_REPLAY": "1"},
+                        capture_output=True, text=True,
                         timeout=300)
   assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
   warnings = [line for line in proc.stderr.splitlines() if line.startswith("replay capture:")]

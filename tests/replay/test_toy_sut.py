@@ -29,7 +29,8 @@ def table(stdout: str) -> dict:
   for line in stdout.splitlines():
     parts = line.split()
     if parts and parts[0] in ("schedule", "kernel", "exec") and len(parts) > 3 and parts[1].isdigit():
-      rows[parts[0]] = dict(zip(("total", "same", "changed", "added", "removed", "mismatch", "error", "incompatible"), map(int, parts[1:])))
+      rows[parts[0]] = dict(zip(("total", "same", "changed", "added", "removed", "mismatch", "error", "incompatible"),
+                                map(int, parts[1:])))
   return rows
 
 
@@ -40,7 +41,8 @@ def test_capture_and_replay_of_the_toy_compiler_are_the_same(toy_repo, tmp_path)
   proc = cli("run", db=db, cwd=toy_repo)
   assert proc.returncode == 0 and "all 9 captures replay the same" in proc.stdout, proc.stdout + proc.stderr
   shown = cli("show", "2", db=db, cwd=toy_repo)
-  assert shown.returncode == 0 and "flags TOY_UNROLL=4" in shown.stdout and "PARAM 'float32' 0" in shown.stdout, shown.stdout
+  assert (shown.returncode == 0 and "flags TOY_UNROLL=4" in shown.stdout
+          and "PARAM 'float32' 0" in shown.stdout), shown.stdout
   assert "#pragma unroll(4)" in shown.stdout and "location prog.py:" in shown.stdout
   assert cli("diff", "--base", "main", db=db, cwd=toy_repo).returncode == 0
 
@@ -53,7 +55,8 @@ def test_a_changed_kernel_of_the_toy_is_changed_and_fails_a_no_change_promise(to
   proc = cli("diff", "--base", "main", db=db, cwd=toy_repo)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   rows = table(proc.stdout)
-  assert rows["kernel"]["changed"] == 2 and rows["kernel"]["same"] == 1 and rows["exec"]["same"] == 3 and rows["schedule"]["same"] == 3, proc.stdout
+  assert (rows["kernel"]["changed"] == 2 and rows["kernel"]["same"] == 1 and rows["exec"]["same"] == 3
+          and rows["schedule"]["same"] == 3), proc.stdout
   assert "-out[i] = ((p0[i]*2.0)+1.0);" in proc.stdout and "+out[i] = ((2.0*p0[i])+1.0);" in proc.stdout, proc.stdout
   assert cli("diff", "--base", "main", "--expect-no-change", db=db, cwd=toy_repo).returncode == 1
   doc = json.loads(cli("report", "--format", "json", db=db, cwd=toy_repo).stdout)

@@ -17,7 +17,8 @@ def test_traces_compare_by_rule_file_node_and_result_not_by_line():
   other = [entry("scheduler/x.py", 10, "ADD"), entry("scheduler/z.py", 7, "MUL", "CONST")]
   assert first_difference(a, other) == 1
   text = explain(a, other)
-  assert "step 2" in text and "base: scheduler/y.py:5 on MUL" in text and "here: scheduler/z.py:7" in text and "before it" in text
+  assert ("step 2" in text and "base: scheduler/y.py:5 on MUL" in text and "here: scheduler/z.py:7" in text
+          and "before it" in text)
   assert first_difference(a, a[:1]) == 1 and "the trace ends here" in explain(a, a[:1])
 
 
@@ -34,7 +35,8 @@ def test_why_names_the_realize_rule_a_fusion_change_disabled(repo, tmp_path):
   proc = cli("show", str(changed[0]), "--why", db=db, cwd=repo)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   base_line = next(l for l in proc.stdout.splitlines() if l.strip().startswith("base:"))
-  assert "rule S39 (realize before expand), scheduler/sched_grouping.py:" in base_line and "realize" in base_line, proc.stdout
+  assert ("rule S39 (realize before expand), scheduler/sched_grouping.py:" in base_line
+          and "realize" in base_line), proc.stdout
   kernel = next(o["capture_id"] for o in doc["outcomes"] if o["kind"] == "kernel")
   refused = cli("show", str(kernel), "--why", db=db, cwd=repo)
   assert refused.returncode == 2 and "--why explains schedules" in refused.stderr
@@ -42,7 +44,8 @@ def test_why_names_the_realize_rule_a_fusion_change_disabled(repo, tmp_path):
   page = tmp_path / "why.html"
   assert cli("report", "--why", "--format", "html", "--output", str(page), db=db, cwd=repo).returncode == 0
   html = page.read_text()
-  assert "<pre class='why'>" in html and "scheduler/sched_grouping.py:" in html.split("<pre class='why'>", 1)[1].split("</pre>", 1)[0]
+  assert "<pre class='why'>" in html and "scheduler/sched_grouping.py:" in html.split("<pre class='why'>",
+                                                                                      1)[1].split("</pre>", 1)[0]
   text = cli("report", "--why", db=db, cwd=repo).stdout
   assert "why: first difference at step" in text
 
@@ -84,7 +87,8 @@ def _program(rule: str):
   }[rule]()
 
 
-RULE_FAMILIES = ["S14", "S15", "S16", "S17", "S18", "S19", "S20", "S23", "S24", "S25", "S26", "S27", "S28", "S29", "S30", "S31"]
+RULE_FAMILIES = ["S14", "S15", "S16", "S17", "S18", "S19", "S20", "S23", "S24", "S25", "S26", "S27", "S28", "S29",
+                 "S30", "S31"]
 
 
 @pytest.mark.parametrize("rule", RULE_FAMILIES)
@@ -101,7 +105,9 @@ def test_why_names_each_simplification_rule_by_id_when_it_is_disabled(rule, monk
   fired = [e for e in base if e["rule"].startswith(rule + " ")]
   assert fired and all(e["file"] == "scheduler/sched_simplify.py" for e in fired), base
   # the planted change: the head's compiler lacks the rule's patterns
-  kept = [(p, fn) for p, fn in sched_simplify.tensor_rules.patterns if not getattr(fn, "rule", "").startswith(rule + " ")]
-  monkeypatch.setattr(sched_simplify, "simplify_rules", sched_simplify.merge_views + sched_simplify.symbolic_simple + PatternMatcher(kept))
+  kept = [(p, fn) for p, fn in sched_simplify.tensor_rules.patterns
+          if not getattr(fn, "rule", "").startswith(rule + " ")]
+  monkeypatch.setattr(sched_simplify, "simplify_rules",
+                      sched_simplify.merge_views + sched_simplify.symbolic_simple + PatternMatcher(kept))
   text = explain(base, trace())
   assert f"base: rule {fired[0]['rule']}, scheduler/sched_simplify.py:" in text, text

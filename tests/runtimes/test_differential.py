@@ -24,7 +24,8 @@ def apply(kind: str, arg, t, ref):
   """One op on a Tensor and on its numpy reference."""
   if kind == "unary":
     return {"neg": (-t, -ref), "relu": (t.relu(), np.maximum(ref, 0)), "sin": (t.sin(), np.sin(ref)),
-            "exp2c": ((t.clip(-4, 4)).exp2(), np.exp2(np.clip(ref, -4, 4))), "sqrt1": ((t.abs() + 1).sqrt(), np.sqrt(np.abs(ref) + 1)),
+            "exp2c": ((t.clip(-4, 4)).exp2(), np.exp2(np.clip(ref, -4, 4))),
+            "sqrt1": ((t.abs() + 1).sqrt(), np.sqrt(np.abs(ref) + 1)),
             "recip1": ((t.abs() + 1).reciprocal(), 1 / (np.abs(ref) + 1))}[arg]
   if kind == "binary":
     op, other = arg
@@ -33,7 +34,8 @@ def apply(kind: str, arg, t, ref):
             "sub": (t - o, ref - other), "where": ((t > o).where(t, o * 2), np.where(ref > other, ref, other * 2))}[op]
   if kind == "reduce":
     op, axis, keep = arg
-    return (t.sum(axis, keepdim=keep), ref.sum(axis, keepdims=keep)) if op == "sum" else (t.max(axis, keepdim=keep), ref.max(axis, keepdims=keep))
+    return (t.sum(axis, keepdim=keep), ref.sum(axis, keepdims=keep)) if op == "sum" else (t.max(axis, keepdim=keep),
+                                                                                          ref.max(axis, keepdims=keep))
   if kind == "permute": return t.permute(arg), ref.transpose(arg)
   if kind == "flatten": return t.reshape(-1), ref.reshape(-1)
   if kind == "flip": return t.flip(arg), np.flip(ref, arg)
@@ -50,14 +52,16 @@ def programs(draw):
   data = np.random.default_rng(draw(st.integers(0, 2**16))).standard_normal(shape).astype(np.float32)
   steps, cur = [], np.zeros(shape, np.float32)
   for _ in range(draw(st.integers(1, 6))):
-    kind = draw(st.sampled_from(["unary", "binary", "reduce", "permute", "flatten", "flip", "pad", "shrink", "expand", "contiguous"]))
+    kind = draw(st.sampled_from(["unary", "binary", "reduce", "permute", "flatten", "flip", "pad", "shrink", "expand",
+                                 "contiguous"]))
     if cur.ndim == 0 and kind not in ("unary", "binary", "contiguous"): continue
     if kind == "unary": arg = draw(st.sampled_from(["neg", "relu", "sin", "exp2c", "sqrt1", "recip1"]))
     elif kind == "binary":
       oshape = cur.shape if draw(st.booleans()) else tuple(1 if draw(st.booleans()) else s for s in cur.shape)
       arg = (draw(st.sampled_from(["add", "mul", "max", "sub", "where"])),
              np.random.default_rng(draw(st.integers(0, 2**16))).standard_normal(oshape).astype(np.float32))
-    elif kind == "reduce": arg = (draw(st.sampled_from(["sum", "max"])), draw(st.integers(0, cur.ndim - 1)), draw(st.booleans()))
+    elif kind == "reduce":
+      arg = (draw(st.sampled_from(["sum", "max"])), draw(st.integers(0, cur.ndim - 1)), draw(st.booleans()))
     elif kind == "permute": arg = tuple(draw(st.permutations(range(cur.ndim))))
     elif kind == "flatten": arg = None
     elif kind == "flip": arg = draw(st.integers(0, cur.ndim - 1))
@@ -78,7 +82,13 @@ def programs(draw):
 
 
 # derandomized: float tolerances make a fixed set of examples the safer gate for CI
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def _shown(kind: str, arg):
+  """A step's argument as the failure message shows it (a binary step's operand array left out)."""
+  return arg[0] if isinstance(arg, tuple) and kind == "binary" else arg
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(programs())
 def test_random_programs_match_numpy_on_both_devices(program):
   data, steps = program
@@ -90,7 +100,8 @@ def test_random_programs_match_numpy_on_both_devices(program):
       for kind, arg in steps: t, r = apply(kind, arg, t, r)
       return t.numpy()
     got = on_device(device, run)
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5, err_msg=f"{device}: {[(k, a if not isinstance(a, tuple) or k != 'binary' else a[0]) for k, a in steps]}")
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5,
+                               err_msg=f"{device}: {[(k, _shown(k, a)) for k, a in steps]}")
 
 
 # ***** every elementwise op over dtypes and edge shapes *****
@@ -106,27 +117,39 @@ def sample(dtype, shape, seed):
 
 
 FLOAT_OPS = {
-  "add": (lambda a, b: a + b, lambda a, b: a + b), "sub": (lambda a, b: a - b, lambda a, b: a - b), "mul": (lambda a, b: a * b, lambda a, b: a * b),
-  "div": (lambda a, b: a / (b.abs() + 1), lambda a, b: a / (np.abs(b) + 1)), "maximum": (lambda a, b: a.maximum(b), np.maximum),
-  "minimum": (lambda a, b: a.minimum(b), np.minimum), "lt": (lambda a, b: a < b, lambda a, b: a < b), "eq": (lambda a, b: a == b, lambda a, b: a == b),
-  "where": (lambda a, b: (a > 0).where(a, b), lambda a, b: np.where(a > 0, a, b)), "neg": (lambda a, b: -a, lambda a, b: -a),
+  "add": (lambda a, b: a + b, lambda a, b: a + b), "sub": (lambda a, b: a - b, lambda a, b: a - b),
+  "mul": (lambda a, b: a * b, lambda a, b: a * b),
+  "div": (lambda a, b: a / (b.abs() + 1), lambda a, b: a / (np.abs(b) + 1)),
+  "maximum": (lambda a, b: a.maximum(b), np.maximum),
+  "minimum": (lambda a, b: a.minimum(b), np.minimum), "lt": (lambda a, b: a < b, lambda a, b: a < b),
+  "eq": (lambda a, b: a == b, lambda a, b: a == b),
+  "where": (lambda a, b: (a > 0).where(a, b), lambda a, b: np.where(a > 0, a, b)),
+  "neg": (lambda a, b: -a, lambda a, b: -a),
   "abs": (lambda a, b: a.abs(), lambda a, b: np.abs(a)), "exp": (lambda a, b: a.exp(), lambda a, b: np.exp(a)),
-  "log": (lambda a, b: (a.abs() + 1).log(), lambda a, b: np.log(np.abs(a) + 1)), "sqrt": (lambda a, b: a.abs().sqrt(), lambda a, b: np.sqrt(np.abs(a))),
-  "relu": (lambda a, b: a.relu(), lambda a, b: np.maximum(a, 0)), "sigmoid": (lambda a, b: a.sigmoid(), lambda a, b: 1 / (1 + np.exp(-a))),
+  "log": (lambda a, b: (a.abs() + 1).log(), lambda a, b: np.log(np.abs(a) + 1)),
+  "sqrt": (lambda a, b: a.abs().sqrt(), lambda a, b: np.sqrt(np.abs(a))),
+  "relu": (lambda a, b: a.relu(), lambda a, b: np.maximum(a, 0)),
+  "sigmoid": (lambda a, b: a.sigmoid(), lambda a, b: 1 / (1 + np.exp(-a))),
   "to_int": (lambda a, b: (a * 4).cast(dtypes.int32), lambda a, b: (a * 4).astype(np.int32)),
-  "sum": (lambda a, b: a.sum(), lambda a, b: a.sum()), "max": (lambda a, b: (a + b).max() if a.numel() else a.sum(), lambda a, b: (a + b).max() if a.size else a.sum()),
+  "sum": (lambda a, b: a.sum(), lambda a, b: a.sum()),
+  "max": (lambda a, b: (a + b).max() if a.numel() else a.sum(), lambda a, b: (a + b).max() if a.size else a.sum()),
 }
 INT_OPS = {
-  "add": FLOAT_OPS["add"], "sub": FLOAT_OPS["sub"], "mul": FLOAT_OPS["mul"], "maximum": FLOAT_OPS["maximum"], "minimum": FLOAT_OPS["minimum"],
-  "lt": FLOAT_OPS["lt"], "eq": FLOAT_OPS["eq"], "where": FLOAT_OPS["where"], "neg": FLOAT_OPS["neg"], "abs": FLOAT_OPS["abs"],
+  "add": FLOAT_OPS["add"], "sub": FLOAT_OPS["sub"], "mul": FLOAT_OPS["mul"], "maximum": FLOAT_OPS["maximum"],
+  "minimum": FLOAT_OPS["minimum"],
+  "lt": FLOAT_OPS["lt"], "eq": FLOAT_OPS["eq"], "where": FLOAT_OPS["where"], "neg": FLOAT_OPS["neg"],
+  "abs": FLOAT_OPS["abs"],
   "idiv": (lambda a, b: a // (b.abs() + 1), lambda a, b: np.trunc(a / (np.abs(b) + 1)).astype(np.int32)),
   "to_float": (lambda a, b: a.float() * 0.5, lambda a, b: a.astype(np.float32) * 0.5), "sum": FLOAT_OPS["sum"],
   "xor": (lambda a, b: a ^ b, lambda a, b: a ^ b),
 }
 BOOL_OPS = {
-  "not": (lambda a, b: a.logical_not(), lambda a, b: ~a), "and": (lambda a, b: a & b, lambda a, b: a & b), "or": (lambda a, b: a | b, lambda a, b: a | b),
-  "xor": (lambda a, b: a ^ b, lambda a, b: a ^ b), "eq": FLOAT_OPS["eq"], "where": (lambda a, b: a.where(b, False), lambda a, b: np.where(a, b, False)),
-  "any": (lambda a, b: a.any(), lambda a, b: a.any()), "sum": (lambda a, b: a.sum(), lambda a, b: a.sum().astype(np.int32)),
+  "not": (lambda a, b: a.logical_not(), lambda a, b: ~a), "and": (lambda a, b: a & b, lambda a, b: a & b),
+  "or": (lambda a, b: a | b, lambda a, b: a | b),
+  "xor": (lambda a, b: a ^ b, lambda a, b: a ^ b), "eq": FLOAT_OPS["eq"],
+  "where": (lambda a, b: a.where(b, False), lambda a, b: np.where(a, b, False)),
+  "any": (lambda a, b: a.any(), lambda a, b: a.any()),
+  "sum": (lambda a, b: a.sum(), lambda a, b: a.sum().astype(np.int32)),
   "to_float": (lambda a, b: a.float() + 1, lambda a, b: a.astype(np.float32) + 1),
 }
 CASES = [(np.float32, n, f) for n, f in FLOAT_OPS.items()] + [(np.float16, n, f) for n, f in FLOAT_OPS.items()] + \
@@ -156,7 +179,8 @@ def test_second_run_in_a_new_process_compiles_nothing(tmp_path):
   wrapper = tmp_path / "cc"
   wrapper.write_text(f"#!/bin/sh\necho x >> {log}\nexec {find_c_compiler()} \"$@\"\n")
   wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-  env = {**os.environ, "CC": str(wrapper), "COMPILE_CACHE_DIR": str(tmp_path / "cache"), "DEVICE": "CPU", "PYTHONPATH": str(REPO)}
+  env = {**os.environ, "CC": str(wrapper), "COMPILE_CACHE_DIR": str(tmp_path / "cache"), "DEVICE": "CPU",
+         "PYTHONPATH": str(REPO)}
   code = textwrap.dedent("""
     import numpy as np
     from scheduler import Tensor

@@ -120,10 +120,12 @@ def test_many_new_kernels_build_as_one_translation_unit_per_core(tmp_path, monke
       outs = [(x * k).sum(1) + k for k in range(1, 11)]   # ten different kernels
       sched = Tensor.schedule(*outs)
       realize.run_schedule(sched)
-      for k, o in enumerate(outs, start=1): np.testing.assert_allclose(o.numpy(), (np.arange(24).reshape(4, 6) * k).sum(1) + k)
+      for k, o in enumerate(outs, start=1):
+        np.testing.assert_allclose(o.numpy(), (np.arange(24).reshape(4, 6) * k).sum(1) + k)
       if attempt == 0:
         kernels = sum(1 for si in sched if si.ast.op is Ops.SINK)
-        assert kernels >= cpu.UNIT_MIN_KERNELS and len(builds) <= (os.cpu_count() or 1) and sum(builds) >= kernels, builds
+        assert kernels >= cpu.UNIT_MIN_KERNELS and len(builds) <= (os.cpu_count()
+                                                                   or 1) and sum(builds) >= kernels, builds
         first = len(builds)
     one_kernel = next(si.ast for si in sched if si.ast.op is Ops.SINK)
     Device["CPU"].compile(one_kernel, "alone")   # alone (as a replay worker needs it): found inside its unit
@@ -135,14 +137,17 @@ def test_many_new_kernels_build_as_one_translation_unit_per_core(tmp_path, monke
 def test_compile_progress_is_reported_when_asked(tmp_path):
   import subprocess, sys
   from tests.conftest import REPO
-  code = "from scheduler import Tensor; import numpy as np; x = Tensor(np.ones(8, np.float32)); print(((x * 2).sum() + (x + 3).max()).item())"
+  code = ("from scheduler import Tensor; import numpy as np; x = Tensor(np.ones(8, np.float32)); print(((x * 2).sum() "
+          "+ (x + 3).max()).item())")
   env = {**os.environ, "COMPILE_CACHE_DIR": str(tmp_path), "COMPILE_PROGRESS": "1", "PYTHONPATH": str(REPO)}
   first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
   assert first.returncode == 0 and first.stdout.strip() == "20.0"
-  assert re.search(r"compiled [1-9]\d* kernels \(.* s of compiler time, \d+ in parallel\), 0 from the cache", first.stderr), first.stderr
+  assert re.search(r"compiled [1-9]\d* kernels \(.* s of compiler time, \d+ in parallel\), 0 from the cache",
+                   first.stderr), first.stderr
   again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
   assert re.search(r"compiled 0 kernels .*, [1-9]\d* from the cache", again.stderr), again.stderr
-  quiet = subprocess.run([sys.executable, "-c", code], env={**env, "COMPILE_PROGRESS": "0"}, capture_output=True, text=True, cwd=REPO)
+  quiet = subprocess.run([sys.executable, "-c", code], env={**env, "COMPILE_PROGRESS": "0"}, capture_output=True,
+                         text=True, cwd=REPO)
   assert "compiled" not in quiet.stderr
 
 
@@ -170,7 +175,8 @@ def test_disk_tensor_reads_a_file(tmp_path):
 def test_numpy_input_is_not_copied():
   x = np.arange(6, dtype=np.float32)
   t = Tensor(x, device="NPY")
-  assert np.shares_memory(t.lazydata.base.buffer.as_array(), x) or t.lazydata.base.buffer.as_array().ctypes.data == x.ctypes.data
+  assert np.shares_memory(t.lazydata.base.buffer.as_array(),
+                          x) or t.lazydata.base.buffer.as_array().ctypes.data == x.ctypes.data
 
 
 def test_buffer_views_share_memory_and_hold_their_base():
@@ -201,7 +207,8 @@ def test_c_renderer_refuses_names_and_values_that_are_not_plain_c(field):
   elif field == "kernel name": name = evil
   elif field == "buffer index": index = "0] = 0; system(\"id\"); data0[0"
   else: const = '1.0f; system("id")'
-  instrs = [Instr(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(1), (), index), Instr(Ops.DEFINE_VAR, dtypes.int32, (), (var, 1, 10)),
+  instrs = [Instr(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(1), (), index),
+            Instr(Ops.DEFINE_VAR, dtypes.int32, (), (var, 1, 10)),
             Instr(Ops.CONST, dtypes.float32, (), const)]
   prg = Program(name, instrs, [(index, dtypes.float32, 1)], [(var, 1, 10)])
   with pytest.raises(UnsafeSourceError, match="refusing|not an index|not a number"): render_c(prg)
@@ -247,6 +254,8 @@ def test_python_device_runs_large_kernels_in_slices(monkeypatch):
   np.testing.assert_allclose(ta.sum(0).numpy(), a.sum(0), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(ta.max(1).numpy(), a.max(1))
   np.testing.assert_allclose(ta.cumsum(1).numpy(), np.cumsum(a, 1), rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(ta.pad(((1, 2), (0, 3)), value=2.0).exp().numpy(), np.exp(np.pad(a, ((1, 2), (0, 3)), constant_values=2.0)), rtol=1e-6)
+  np.testing.assert_allclose(ta.pad(((1, 2), (0, 3)), value=2.0).exp().numpy(),
+                             np.exp(np.pad(a, ((1, 2), (0, 3)), constant_values=2.0)), rtol=1e-6)
   np.testing.assert_allclose(tx.max_pool2d(kernel_size=(2, 2)).numpy(), x.reshape(2, 3, 3, 2, 3, 2).max(axis=(3, 5)))
-  np.testing.assert_allclose(Tensor.arange(200, device="PYTHON").reshape(10, 20).sum(1).numpy(), np.arange(200).reshape(10, 20).sum(1))
+  np.testing.assert_allclose(Tensor.arange(200, device="PYTHON").reshape(10, 20).sum(1).numpy(),
+                             np.arange(200).reshape(10, 20).sum(1))

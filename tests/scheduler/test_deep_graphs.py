@@ -13,7 +13,8 @@ from tests.conftest import REPO, DEVICES, needs_cc
 def fresh(code: str, timeout: float = 300) -> str:
   """Run `code` in a new interpreter with the default recursion limit; its stdout."""
   prelude = "import sys\nassert sys.getrecursionlimit() == 1000, sys.getrecursionlimit()\n"
-  proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+  proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], cwd=REPO, capture_output=True,
+                        text=True, timeout=timeout)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc.stdout
 
@@ -98,11 +99,13 @@ def test_a_deep_program_is_captured_and_replays_the_same(tmp_path):
   program.write_text("import numpy as np\nfrom scheduler import Tensor\nx = Tensor(np.ones(4, np.float32))\ny = x\n"
                      "for _ in range(5000): y = y * 1.001 + x\nprint(y.numpy())\n")
   db = tmp_path / "r.db"
-  run = lambda *args: subprocess.run([sys.executable, "-m", "replay", "--db", str(db), *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+  run = lambda *args: subprocess.run([sys.executable, "-m", "replay", "--db", str(db), *args], cwd=REPO,
+                                     capture_output=True, text=True, timeout=600)
   captured = run("capture", "--", sys.executable, str(program))
   assert captured.returncode == 0, captured.stderr[-2000:]
   replayed = run("run")
-  assert replayed.returncode == 0 and "OK: all 3 captures replay the same" in replayed.stdout, replayed.stdout + replayed.stderr[-2000:]
+  assert (replayed.returncode == 0
+          and "OK: all 3 captures replay the same" in replayed.stdout), replayed.stdout + replayed.stderr[-2000:]
   shown = run("show", "1")
   assert shown.returncode == 0 and "[4000] " in shown.stdout   # deep ASTs print with the depth written out
 

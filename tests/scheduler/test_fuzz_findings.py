@@ -59,13 +59,15 @@ def test_gradients_at_zero_and_of_constant_powers(each_device):
 
 def test_replicate_pads_any_size_and_negative_pads_cut(each_device):
   x = Tensor([[1., 2.]])
-  np.testing.assert_array_equal(x.pad(((0, 0), (3, 1)), mode="replicate").numpy(), np.pad([[1., 2.]], ((0, 0), (3, 1)), mode="edge"))
+  np.testing.assert_array_equal(x.pad(((0, 0), (3, 1)), mode="replicate").numpy(),
+                                np.pad([[1., 2.]], ((0, 0), (3, 1)), mode="edge"))
   y, v = Tensor.arange(6).reshape(1, 6).float(), np.arange(6.).reshape(1, 6)
   for mode, numpy_mode in (("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap")):
     for before, after in ((-2, 3), (-1, 2), (3, -2), (-1, -1)):   # as the reference: cut first, then pad what is left
       cut = v[:, max(-before, 0):6 - max(-after, 0)]
       expected = np.pad(cut, ((0, 0), (max(before, 0), max(after, 0))), mode=numpy_mode)
-      np.testing.assert_array_equal(y.pad((before, after), mode=mode).numpy(), expected, err_msg=f"{mode} {before, after}")
+      np.testing.assert_array_equal(y.pad((before, after), mode=mode).numpy(), expected,
+                                    err_msg=f"{mode} {before, after}")
   with pytest.raises(ValueError, match="too large"): y.pad((-2, 4), mode="reflect")
 
 
@@ -133,7 +135,8 @@ def test_pooling_over_three_axes(each_device, how, include_pad):
   got = t.avg_pool2d(kernel_size=(4, 4, 4), stride=3, padding=1, count_include_pad=include_pad) if how == "avg" else \
     t.max_pool2d(kernel_size=(4, 4, 4), stride=3, padding=1)
   np.testing.assert_allclose(got.numpy(), _pool3d(x, 4, 3, 1, how, include_pad), rtol=1e-5, atol=1e-6)
-  assert Tensor.ones(1, 1, 16, 16, 16).avg_pool2d(kernel_size=(8, 8, 8), stride=5, padding=1, count_include_pad=False).shape == (1, 1, 3, 3, 3)
+  assert Tensor.ones(1, 1, 16, 16, 16).avg_pool2d(kernel_size=(8, 8, 8), stride=5, padding=1,
+                                                  count_include_pad=False).shape == (1, 1, 3, 3, 3)
 
 
 @pytest.mark.parametrize("exponent", [1.5, 2.5, 0.3, -0.5, -1.5, -2, 5])
@@ -156,8 +159,10 @@ def test_bilinear_interpolation_of_integers_blends(each_device):
   expected = np.round(Tensor([[[0., 100., 200.]]]).interpolate((5,), mode="linear").numpy()).astype(np.uint8)
   np.testing.assert_array_equal(out.numpy(), expected)
   assert out.numpy().tolist() != [[[0, 0, 100, 100, 200]]]
-  down = Tensor([[[200, 0, 7]]], dtype=dtypes.uint8).interpolate((4,), mode="linear")   # above - below < 0 must not wrap
-  np.testing.assert_array_equal(down.numpy(), np.round(Tensor([[[200., 0., 7.]]]).interpolate((4,), mode="linear").numpy()))
+  # above - below < 0 must not wrap
+  down = Tensor([[[200, 0, 7]]], dtype=dtypes.uint8).interpolate((4,), mode="linear")
+  np.testing.assert_array_equal(down.numpy(),
+                                np.round(Tensor([[[200., 0., 7.]]]).interpolate((4,), mode="linear").numpy()))
 
 
 def test_negative_zero_constants_keep_their_sign(each_device):

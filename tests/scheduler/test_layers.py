@@ -4,21 +4,25 @@ import ast, pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LAYERS = ["scheduler.helpers", "scheduler.dtype", "scheduler.device", "scheduler.ops", "scheduler.symbolic", "scheduler.shape.view",
+LAYERS = ["scheduler.helpers", "scheduler.dtype", "scheduler.device", "scheduler.ops", "scheduler.symbolic",
+          "scheduler.shape.view",
           "scheduler.shape.shapetracker"]
 
 
 def imported_modules(path: pathlib.Path) -> list[tuple[str, int]]:
   """Every scheduler module `path` imports, anywhere in the file, except under `if TYPE_CHECKING:` (types only)."""
   tree = ast.parse(path.read_text())
-  type_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+  type_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+               and getattr(node.test, "id", "") == "TYPE_CHECKING"
                for n in ast.walk(node)}
   out = []
   for node in ast.walk(tree):
     if id(node) in type_only: continue
     if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("scheduler"):
-      out += [(f"{node.module}.{a.name}" if node.module == "scheduler" else node.module, node.lineno) for a in node.names]
-    elif isinstance(node, ast.Import): out += [(a.name, node.lineno) for a in node.names if a.name.startswith("scheduler")]
+      out += [(f"{node.module}.{a.name}" if node.module == "scheduler" else node.module,
+               node.lineno) for a in node.names]
+    elif isinstance(node, ast.Import):
+      out += [(a.name, node.lineno) for a in node.names if a.name.startswith("scheduler")]
   return out
 
 

@@ -24,7 +24,9 @@ def on(device, make):
   finally: Device.DEFAULT = old
 
 
-@pytest.mark.parametrize("device,n", [(d, n) for d in DEVICES for n in (1, 7, 64, 1000)] + [(d, 131072) for d in DEVICES if d == "CPU"])
+@pytest.mark.parametrize("device,n",
+                         [(d, n) for d in DEVICES for n in (1, 7, 64, 1000)] + [(d, 131072) for d in DEVICES
+                                                                                if d == "CPU"])
 def test_arange_is_one_loop_and_right(device, n):
   """(The PYTHON runtime is the oracle and evaluates the whole masked view: no 131072**2 case for it.)"""
   make = lambda: Tensor.arange(n).float().contiguous()
@@ -61,7 +63,8 @@ def test_mod_takes_coefficients_modulo_the_divisor():
 
 
 def accumulators(t: Tensor) -> int:
-  return max(sum(1 for i in lower(si.ast).instrs if i.op is Ops.DEFINE_ACC) for si in t.schedule() if si.ast.op is Ops.SINK)
+  return max(sum(1 for i in lower(si.ast).instrs if i.op is Ops.DEFINE_ACC) for si in t.schedule()
+             if si.ast.op is Ops.SINK)
 
 
 @pytest.fixture
@@ -85,14 +88,16 @@ def test_small_and_random_kernels_are_not_upcast():
   assert accumulators(Tensor.empty(128, 128) @ Tensor.empty(128, 64)) == 32  # 2**20: a tile of outputs
   with Context(FUSE_ARANGE=1):   # the counter's reduce (2**21 steps) fuses into the kernel that hashes it
     kernels = [si.ast for si in Tensor.rand(64, 32).schedule() if si.ast.op is Ops.SINK]
-  drawing = [ast for ast in kernels if any(u.op is Ops.THREEFRY for u in ast.toposort) and any(u.op is Ops.REDUCE_AXIS for u in ast.toposort)]
+  drawing = [ast for ast in kernels if any(u.op is Ops.THREEFRY for u in ast.toposort)
+             and any(u.op is Ops.REDUCE_AXIS for u in ast.toposort)]
   assert drawing and all(sum(1 for i in lower(ast).instrs if i.op is Ops.DEFINE_ACC) <= 4 for ast in drawing)
 
 
 rng = np.random.default_rng(5)
 X, W = rng.standard_normal((2, 4, 10, 12)).astype(np.float32), rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
 S, I = rng.standard_normal((16, 40)).astype(np.float32), rng.integers(-50, 50, (24, 16)).astype(np.int32)
-MATMULS = {f"matmul_{m}x{k}x{n}": (rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32))
+MATMULS = {f"matmul_{m}x{k}x{n}": (rng.standard_normal((m, k)).astype(np.float32),
+                                   rng.standard_normal((k, n)).astype(np.float32))
            for m, k, n in [(16, 16, 16), (8, 24, 32), (12, 7, 20), (30, 8, 6), (1, 64, 8), (64, 3, 2)]}
 
 
@@ -101,9 +106,11 @@ def _softmax(m): return np.exp(m - m.max(1, keepdims=True)) / np.exp(m - m.max(1
 
 CASES = {**{name: (lambda a=a, b=b: Tensor(a) @ Tensor(b), a @ b) for name, (a, b) in MATMULS.items()},
          "conv2d": (lambda: Tensor(X).conv2d(Tensor(W)),
-                    np.einsum("nchwij,ocij->nohw", np.lib.stride_tricks.sliding_window_view(X, (3, 3), axis=(2, 3)), W)),
+                    np.einsum("nchwij,ocij->nohw", np.lib.stride_tricks.sliding_window_view(X, (3, 3), axis=(2, 3)),
+                              W)),
          "softmax_rows": (lambda: Tensor(S).softmax(1), _softmax(S)),
-         "layernorm": (lambda: Tensor(S).layernorm(), (S - S.mean(-1, keepdims=True)) / np.sqrt(S.var(-1, keepdims=True) + 1e-5)),
+         "layernorm": (lambda: Tensor(S).layernorm(),
+                       (S - S.mean(-1, keepdims=True)) / np.sqrt(S.var(-1, keepdims=True) + 1e-5)),
          "int_sum_cols": (lambda: Tensor(I).sum(0), I.sum(0)),
          "max_rows": (lambda: Tensor(S).max(1), S.max(1))}
 

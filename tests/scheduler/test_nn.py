@@ -25,7 +25,8 @@ def run_steps(make_opt, steps=3):
 def grad_of(w, x): return 2 * x.T @ (x @ w) / (x.shape[0] * w.shape[1])
 
 
-@pytest.mark.parametrize("momentum,nesterov,wd", [(0.0, False, 0.0), (0.9, False, 0.0), (0.9, True, 0.01), (0.0, False, 0.1)])
+@pytest.mark.parametrize("momentum,nesterov,wd",
+                         [(0.0, False, 0.0), (0.9, False, 0.0), (0.9, True, 0.01), (0.0, False, 0.1)])
 def test_sgd_matches_numpy(momentum, nesterov, wd):
   w0, x, got = run_steps(lambda p: SGD(p, lr=0.1, momentum=momentum, nesterov=nesterov, weight_decay=wd))
   w, b = w0.astype(np.float64), np.zeros_like(w0, dtype=np.float64)
@@ -91,7 +92,8 @@ def test_state_dict_round_trips_bit_exactly(tmp_path):
   Tensor.manual_seed(3)
   model = Small()
   sd = get_state_dict(model)
-  assert set(sd) == {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.num_batches_tracked", "bn.running_mean", "bn.running_var",
+  assert set(sd) == {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.num_batches_tracked", "bn.running_mean",
+                     "bn.running_var",
                      "fc.weight", "fc.bias", "ln.weight", "ln.bias", "emb.weight"}
   path = tmp_path / "m.safetensors"
   safe_save(sd, path)
@@ -117,7 +119,8 @@ def test_layers_against_numpy():
     out = bn(Tensor(xb)).numpy()
     bn.running_mean.realize()
   mean, var = xb.mean((0, 2, 3)), xb.var((0, 2, 3))
-  np.testing.assert_allclose(out, (xb - mean[None, :, None, None]) / np.sqrt(var[None, :, None, None] + 1e-5), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(out, (xb - mean[None, :, None, None]) / np.sqrt(var[None, :, None, None] + 1e-5),
+                             rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * mean, rtol=1e-5, atol=1e-6)
   emb = nn.Embedding(5, 2)
   np.testing.assert_allclose(emb(Tensor([[4, 0]])).numpy(), emb.weight.numpy()[[[4, 0]]])

@@ -2,7 +2,8 @@
 import pickle, shutil, subprocess, sys, textwrap
 import pytest
 from scheduler.dtype import dtypes
-from scheduler.ops import UOp, Ops, UPat, PatternMatcher, graph_rewrite, graph_rewrite_map, track_rewrites, tracked_rewrites
+from scheduler.ops import (UOp, Ops, UPat, PatternMatcher, graph_rewrite, graph_rewrite_map, track_rewrites,
+                           tracked_rewrites)
 from scheduler.helpers import Context, ContextVar
 from tests.conftest import REPO
 
@@ -18,7 +19,8 @@ PROGRAM = textwrap.dedent("""
 
 
 def run_python(code: str, cwd=REPO) -> str:
-  proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, env={"PYTHONPATH": str(cwd), "PATH": ""})
+  proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                        env={"PYTHONPATH": str(cwd), "PATH": ""})
   assert proc.returncode == 0, proc.stderr
   return proc.stdout.strip()
 
@@ -50,7 +52,8 @@ def test_pickles_survive_a_reordered_ops_enum(tmp_path):
   ops_py = copy / "scheduler" / "ops.py"
   src = ops_py.read_text()
   # a new member first shifts the value of every existing op
-  ops_py.write_text(src.replace("  # graph roots and kernels\n", "  # graph roots and kernels\n  BRAND_NEW_OP = enum.auto()\n", 1))
+  ops_py.write_text(src.replace("  # graph roots and kernels\n",
+                                "  # graph roots and kernels\n  BRAND_NEW_OP = enum.auto()\n", 1))
   code = f"""
 import pickle
 from scheduler.ops import Ops

@@ -58,7 +58,8 @@ def test_kernel_count_under_flag(row, column, default_device):
 
 
 @pytest.mark.parametrize("default_device", DEVICES, indirect=True)
-@pytest.mark.parametrize("row", [r for r in ROWS if r["n_kernels"] != "ERR"], ids=[r["name"] for r in ROWS if r["n_kernels"] != "ERR"])
+@pytest.mark.parametrize("row", [r for r in ROWS if r["n_kernels"] != "ERR"],
+                         ids=[r["name"] for r in ROWS if r["n_kernels"] != "ERR"])
 def test_result_checksum(row, default_device):
   out, sched, var_vals = schedule_row(row)
   run_schedule(sched, var_vals)
@@ -80,7 +81,8 @@ def test_every_ast_passes_the_kernel_spec(default_device):
 
 @pytest.mark.parametrize("default_device", DEVICES, indirect=True)
 @pytest.mark.parametrize("column", FLAG_COLUMNS)
-@pytest.mark.parametrize("row", [r for r in ROWS if r["n_kernels"] != "ERR"], ids=[r["name"] for r in ROWS if r["n_kernels"] != "ERR"])
+@pytest.mark.parametrize("row", [r for r in ROWS if r["n_kernels"] != "ERR"],
+                         ids=[r["name"] for r in ROWS if r["n_kernels"] != "ERR"])
 def test_result_checksum_under_flag(row, column, default_device):
   """Issue 11.4: every flag column also computes the reference result (counts alone hid D1)."""
   if row[column] == "ERR": pytest.skip("the reference cannot schedule this row under the flag")

@@ -40,7 +40,8 @@ def test_w26_reorder_then_expand_cites_s27_or_s29_then_s39():
 def test_w27_a_disk_bitcast_is_a_byte_view_by_s25(tmp_path):
   path = tmp_path / "t.disk"
   path.write_bytes(bytes(range(64)))
-  assert "S25 (DISK byte view)" in rules(Tensor.empty(64, dtype=dtypes.uint8, device=f"DISK:{path}").bitcast(dtypes.float32).to("CPU"))
+  assert "S25 (DISK byte view)" in rules(Tensor.empty(64, dtype=dtypes.uint8,
+                                                      device=f"DISK:{path}").bitcast(dtypes.float32).to("CPU"))
 
 
 def test_w28_the_assign_conflict_cites_s45():
@@ -53,7 +54,8 @@ def test_w28_the_assign_conflict_cites_s45():
 def test_s41_dont_group_reduces_skips_every_grouping_decision():
   x = matrix()
   assert "S44 (forced)" in rules(x.sum(1) + x.max(1))
-  with Context(DONT_GROUP_REDUCES=1): assert not [r for r in rules(x.sum(1) + x.max(1)) if r[:3] in ("S44", "S45", "S46")]
+  with Context(DONT_GROUP_REDUCES=1):
+    assert not [r for r in rules(x.sum(1) + x.max(1)) if r[:3] in ("S44", "S45", "S46")]
 
 
 def test_s59_reading_old_and_new_contents_is_an_error_that_names_the_rule():

@@ -26,9 +26,11 @@ def evaluate(u: UOp, env: dict) -> int:
   if u.op is Ops.CONST: return u.arg
   if u.op is Ops.DEFINE_VAR: return env[u.arg[0]]
   s = [evaluate(x, env) for x in u.src]
-  return {Ops.ADD: lambda: s[0] + s[1], Ops.MUL: lambda: s[0] * s[1], Ops.IDIV: lambda: cdiv(s[0], s[1]), Ops.MOD: lambda: cmod(s[0], s[1]),
+  return {Ops.ADD: lambda: s[0] + s[1], Ops.MUL: lambda: s[0] * s[1], Ops.IDIV: lambda: cdiv(s[0], s[1]),
+          Ops.MOD: lambda: cmod(s[0], s[1]),
           Ops.MAX: lambda: max(s[0], s[1]), Ops.CMPLT: lambda: s[0] < s[1], Ops.CMPNE: lambda: s[0] != s[1],
-          Ops.WHERE: lambda: s[1] if s[0] else s[2], Ops.AND: lambda: s[0] and s[1], Ops.OR: lambda: s[0] or s[1]}[u.op]()
+          Ops.WHERE: lambda: s[1] if s[0] else s[2], Ops.AND: lambda: s[0] and s[1], Ops.OR: lambda: s[0]
+          or s[1]}[u.op]()
 
 
 @settings(max_examples=400, deadline=None)

@@ -35,22 +35,27 @@ CASES = [
   ("swish", lambda t: t.swish(), lambda a: a * sigmoid(a), A),
   ("quick_gelu", lambda t: t.quick_gelu(), lambda a: a * sigmoid(1.702 * a), A),
   ("ceil", lambda t: t.ceil(), np.ceil, A * 3), ("floor", lambda t: t.floor(), np.floor, A * 3),
-  ("trunc", lambda t: t.trunc(), np.trunc, A * 3), ("round", lambda t: t.round(), np.round, np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4], np.float32)),
+  ("trunc", lambda t: t.trunc(), np.trunc, A * 3),
+  ("round", lambda t: t.round(), np.round, np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4], np.float32)),
   ("clamp", lambda t: t.clamp(-0.5, 0.5), lambda a: np.clip(a, -0.5, 0.5), A),
   ("cummax", lambda t: t.cummax(1), lambda a: np.maximum.accumulate(a, axis=1), A),
   ("cumsum_long", lambda t: t.cumsum(0), lambda a: np.cumsum(a, axis=0), rng.standard_normal(700).astype(np.float32)),
-  ("cummax_long", lambda t: t.cummax(0), lambda a: np.maximum.accumulate(a), rng.standard_normal(700).astype(np.float32)),
-  ("triu", lambda t: t.triu(1), lambda a: np.triu(a, 1), A), ("tril", lambda t: t.tril(-1), lambda a: np.tril(a, -1), A),
+  ("cummax_long", lambda t: t.cummax(0), lambda a: np.maximum.accumulate(a),
+   rng.standard_normal(700).astype(np.float32)),
+  ("triu", lambda t: t.triu(1), lambda a: np.triu(a, 1), A),
+  ("tril", lambda t: t.tril(-1), lambda a: np.tril(a, -1), A),
   ("triu_batched", lambda t: t.reshape(2, 2, 5).triu(), lambda a: np.triu(a.reshape(2, 2, 5)), A),
   ("tril_wide", lambda t: t.tril(3), lambda a: np.tril(a, 3), A),
   ("masked_fill", lambda t: t.masked_fill(t > 0, -1.0), lambda a: np.where(a > 0, -1.0, a), A),
   ("idiv", lambda t: t // 4, lambda a: np.trunc(a / 4).astype(np.int32), I),
-  ("mod_negative", lambda t: t % 4, lambda a: np.mod(a, 4), I), ("mod_by_negative", lambda t: t % -3, lambda a: np.mod(a, -3), I),
+  ("mod_negative", lambda t: t % 4, lambda a: np.mod(a, 4), I),
+  ("mod_by_negative", lambda t: t % -3, lambda a: np.mod(a, -3), I),
   ("div_floor", lambda t: t.div(4, rounding_mode="floor"), lambda a: np.floor_divide(a, 4), I),
   ("bitwise_and", lambda t: t & 6, lambda a: a & 6, I), ("bitwise_or", lambda t: t | 6, lambda a: a | 6, I),
   ("bitwise_not", lambda t: ~t, lambda a: ~a, I),
   ("lshift", lambda t: t << 2, lambda a: a << 2, U), ("rshift", lambda t: t >> 2, lambda a: a >> 2, U),
-  ("unflatten", lambda t: t.unflatten(1, (5, 1)), lambda a: a.reshape(4, 5, 1), A), ("T", lambda t: t.T, lambda a: a.T, A),
+  ("unflatten", lambda t: t.unflatten(1, (5, 1)), lambda a: a.reshape(4, 5, 1), A),
+  ("T", lambda t: t.T, lambda a: a.T, A),
   ("full_like", lambda t: t.full_like(3.5), lambda a: np.full_like(a, 3.5), A),
   ("rmatmul", lambda t: t.matmul(Tensor(A.T.copy()), reverse=True), lambda a: A.T @ a, A),
   ("avg_pool_no_pad_count", lambda t: t.reshape(1, 1, 4, 5).avg_pool2d(2, stride=1, padding=1, count_include_pad=False),
@@ -62,7 +67,8 @@ CASES = [
   ("binary_crossentropy_logits", lambda t: t.binary_crossentropy_logits((t > 0).float(), reduction="sum"),
    lambda a: np.sum(np.maximum(a, 0) - a * (a > 0) + np.log1p(np.exp(-np.abs(a)))), A),
   ("one_hot", lambda t: t.one_hot(5), lambda a: np.eye(5, dtype=np.int32)[a], np.array([0, 3, 4, 1], np.int32)),
-  ("any_all", lambda t: (t > 0).any(1).float() + (t > -3).all(1).float(), lambda a: (a > 0).any(1) + (a > -3).all(1).astype(np.float32), A),
+  ("any_all", lambda t: (t > 0).any(1).float() + (t > -3).all(1).float(),
+   lambda a: (a > 0).any(1) + (a > -3).all(1).astype(np.float32), A),
   ("logsumexp_keepdim", lambda t: t.logsumexp(1, keepdim=True), lambda a: np.log(np.exp(a).sum(1, keepdims=True)), A),
   ("eye_wide", lambda t: Tensor.eye(3, 5) + t[:3, :5] * 0, lambda a: np.eye(3, 5, dtype=np.float32), A),
 ]
@@ -89,7 +95,8 @@ def test_triangular_masks_cost_no_kernel():
 @pytest.mark.parametrize("value", [1e4, -1e4, math.inf, -math.inf])
 @pytest.mark.parametrize("name", ["sigmoid", "tanh", "gelu", "quick_gelu", "hardsigmoid"])
 def test_activations_at_extreme_inputs_are_their_limits(name, value):
-  limits = {"sigmoid": (1.0, 0.0), "tanh": (1.0, -1.0), "gelu": (value, 0.0), "quick_gelu": (value, 0.0), "hardsigmoid": (1.0, 0.0)}
+  limits = {"sigmoid": (1.0, 0.0), "tanh": (1.0, -1.0), "gelu": (value, 0.0), "quick_gelu": (value, 0.0),
+            "hardsigmoid": (1.0, 0.0)}
   expected = limits[name][0] if value > 0 else limits[name][1]
   got = getattr(Tensor([value]), name)().numpy()[0]
   assert got == pytest.approx(expected, abs=1e-6), (name, value, got)
@@ -111,7 +118,8 @@ def test_reductions_over_an_axis_of_size_zero():
   empty = Tensor.zeros(0, 3).contiguous()
   close(empty.sum(0), np.zeros(3, np.float32))
   with np.errstate(invalid="ignore", divide="ignore"):
-    assert np.isnan(empty.mean(0).numpy()).all() and np.isnan(empty.var(0).numpy()).all() and np.isnan(empty.std(0).numpy()).all()
+    assert (np.isnan(empty.mean(0).numpy()).all() and np.isnan(empty.var(0).numpy()).all()
+            and np.isnan(empty.std(0).numpy()).all())
   assert empty.mean(1).shape == (0,) and empty.max(1).numpy().shape == (0,)
 
 
@@ -137,16 +145,23 @@ def test_same_seed_gives_the_same_numbers_on_every_device():
 NAMED = [
   ("add", lambda t: t.add(2.0), lambda a: a + 2), ("sub", lambda t: t.sub(1.0, reverse=True), lambda a: 1 - a),
   ("mul", lambda t: t.mul(t), lambda a: a * a), ("pow", lambda t: t.abs().pow(1.5), lambda a: np.abs(a) ** 1.5),
-  ("neg", lambda t: t.neg(), lambda a: -a), ("eq_ne", lambda t: t.eq(t).float() + t.ne(0).float(), lambda a: 1.0 + (a != 0)),
-  ("dot", lambda t: t.dot(t.T), lambda a: a @ a.T), ("double_long", lambda t: t.double() + t.long().double(), lambda a: a + a.astype(np.int64)),
-  ("detach_clone", lambda t: t.detach().clone() * 2, lambda a: a * 2), ("contiguous_backward", lambda t: t.contiguous_backward() + 1, lambda a: a + 1),
-  ("batchnorm", lambda t: t.reshape(1, 4, 5).batchnorm(Tensor(np.arange(4, dtype=np.float32)), Tensor(np.ones(4, np.float32)),
-                                                        Tensor(np.full(4, 0.5, np.float32)), Tensor(np.full(4, 2.0, np.float32))),
+  ("neg", lambda t: t.neg(), lambda a: -a),
+  ("eq_ne", lambda t: t.eq(t).float() + t.ne(0).float(), lambda a: 1.0 + (a != 0)),
+  ("dot", lambda t: t.dot(t.T), lambda a: a @ a.T),
+  ("double_long", lambda t: t.double() + t.long().double(), lambda a: a + a.astype(np.int64)),
+  ("detach_clone", lambda t: t.detach().clone() * 2, lambda a: a * 2),
+  ("contiguous_backward", lambda t: t.contiguous_backward() + 1, lambda a: a + 1),
+  ("batchnorm",
+   lambda t: t.reshape(1, 4, 5).batchnorm(Tensor(np.arange(4, dtype=np.float32)), Tensor(np.ones(4, np.float32)),
+                                                        Tensor(np.full(4, 0.5, np.float32)),
+                                                        Tensor(np.full(4, 2.0, np.float32))),
    lambda a: ((a - 0.5) * np.arange(4, dtype=np.float32)[:, None] * 2 + 1).reshape(1, 4, 5)),
 ]
 INT_NAMED = [
-  ("idiv", lambda t: t.idiv(3), lambda a: np.trunc(a / 3).astype(np.int32)), ("xor", lambda t: t.xor(5), lambda a: a ^ 5),
-  ("bitwise_and_or_not", lambda t: t.bitwise_and(3) + t.bitwise_or(8) + t.bitwise_not(), lambda a: (a & 3) + (a | 8) + ~a),
+  ("idiv", lambda t: t.idiv(3), lambda a: np.trunc(a / 3).astype(np.int32)),
+  ("xor", lambda t: t.xor(5), lambda a: a ^ 5),
+  ("bitwise_and_or_not", lambda t: t.bitwise_and(3) + t.bitwise_or(8) + t.bitwise_not(),
+   lambda a: (a & 3) + (a | 8) + ~a),
 ]
 
 
@@ -178,8 +193,10 @@ def test_dropout_only_in_training_and_scales_the_kept():
 
 def test_random_initialisers_have_their_ranges():
   Tensor.manual_seed(3)
-  for make, limit in ((lambda: Tensor.uniform(256, low=-2, high=3), None), (lambda: Tensor.scaled_uniform(16, 16), 1 / 16),
-                      (lambda: Tensor.glorot_uniform(16, 16), (6 / 32) ** 0.5), (lambda: Tensor.kaiming_uniform(16, 16, a=0.0), math.sqrt(6 / 16))):
+  for make, limit in ((lambda: Tensor.uniform(256, low=-2, high=3), None),
+                      (lambda: Tensor.scaled_uniform(16, 16), 1 / 16),
+                      (lambda: Tensor.glorot_uniform(16, 16), (6 / 32) ** 0.5),
+                      (lambda: Tensor.kaiming_uniform(16, 16, a=0.0), math.sqrt(6 / 16))):
     values = make().numpy()
     if limit is None: assert -2 <= values.min() and values.max() < 3
     else: assert np.abs(values).max() <= limit + 1e-6 and np.abs(values).max() > limit / 2

@@ -19,7 +19,8 @@ WIDE = np.array([-1e4, -300.0, -7.5, -1.0, -0.3, 0.0, 0.2, 1.0, 3.0, 80.0, 1e4],
   ("asin", np.arcsin, UNIT, 3e-7), ("acos", np.arccos, UNIT, 5e-7), ("atan", np.arctan, WIDE, 3e-7),
   ("atanh", np.arctanh, UNIT[(UNIT > -1) & (UNIT < 1)], 2e-6), ("asinh", np.arcsinh, WIDE, 2e-6),
   ("acosh", np.arccosh, np.array([1.0, 1.5, 2.0, 10.0, 1e4], np.float32), 2e-6),
-  ("sinh", np.sinh, np.linspace(-5, 5, 21).astype(np.float32), 0), ("cosh", np.cosh, np.linspace(-5, 5, 21).astype(np.float32), 0),
+  ("sinh", np.sinh, np.linspace(-5, 5, 21).astype(np.float32), 0),
+  ("cosh", np.cosh, np.linspace(-5, 5, 21).astype(np.float32), 0),
 ])
 def test_trigonometric_family_matches_numpy(name, ref, data, atol):
   got = getattr(Tensor(data), name)().numpy()
@@ -37,7 +38,8 @@ LABELS = np.array([0, 4, 2, 2, 1, 3])
 WEIGHTS = np.array([1.0, 2.0, 0.5, 1.5, 0.25], np.float32)
 
 
-def _log_softmax(x): return x - np.log(np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)) - x.max(1, keepdims=True)
+def _log_softmax(x):
+  return x - np.log(np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)) - x.max(1, keepdims=True)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -48,15 +50,18 @@ def test_nll_loss_matches_its_definition(reduction, weighted, ignore):
   w = w * (LABELS != ignore) if ignore is not None else w
   per = -logp[np.arange(6), LABELS] * w
   expect = per.sum() / w.sum() if reduction == "mean" else per.sum() if reduction == "sum" else per
-  got = Tensor(logp.astype(np.float32)).nll_loss(Tensor(LABELS.astype(np.int32)), Tensor(WEIGHTS) if weighted else None, ignore, reduction)
+  got = Tensor(logp.astype(np.float32)).nll_loss(Tensor(LABELS.astype(np.int32)), Tensor(WEIGHTS) if weighted else None,
+                                                 ignore, reduction)
   np.testing.assert_allclose(got.numpy(), expect, rtol=1e-5, atol=1e-6)
 
 
 def test_nll_loss_over_spatial_axes():
-  logp = _log_softmax(rng.standard_normal((2, 3, 4)).transpose(0, 2, 1).reshape(8, 3)).reshape(2, 4, 3).transpose(0, 2, 1)
+  logp = _log_softmax(rng.standard_normal((2, 3, 4)).transpose(0, 2, 1).reshape(8,
+                                                                                3)).reshape(2, 4, 3).transpose(0, 2, 1)
   y = rng.integers(0, 3, (2, 4))
   expect = -np.take_along_axis(logp, y[:, None, :], 1).mean()
-  np.testing.assert_allclose(Tensor(logp.astype(np.float32)).nll_loss(Tensor(y.astype(np.int32))).numpy(), expect, rtol=1e-5)
+  np.testing.assert_allclose(Tensor(logp.astype(np.float32)).nll_loss(Tensor(y.astype(np.int32))).numpy(), expect,
+                             rtol=1e-5)
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 1.0])
@@ -66,7 +71,8 @@ def test_cross_entropy_with_indices_and_probabilities(smoothing, reduction):
   target = np.eye(5)[LABELS] * (1 - smoothing) + smoothing / 5
   per = -(logp * target).sum(1)
   expect = per.mean() if reduction == "mean" else per.sum() if reduction == "sum" else per
-  by_index = Tensor(LOGITS).cross_entropy(Tensor(LABELS.astype(np.int32)), reduction=reduction, label_smoothing=smoothing)
+  by_index = Tensor(LOGITS).cross_entropy(Tensor(LABELS.astype(np.int32)), reduction=reduction,
+                                          label_smoothing=smoothing)
   np.testing.assert_allclose(by_index.numpy(), expect, rtol=1e-5, atol=1e-6)
   probs = np.eye(5)[LABELS].astype(np.float32)
   by_prob = Tensor(LOGITS).cross_entropy(Tensor(probs), reduction=reduction, label_smoothing=smoothing)
@@ -74,14 +80,19 @@ def test_cross_entropy_with_indices_and_probabilities(smoothing, reduction):
 
 
 def test_loss_options_are_checked():
-  with pytest.raises(ValueError, match="reduction"): Tensor(LOGITS).nll_loss(Tensor(LABELS.astype(np.int32)), reduction="avg")
-  with pytest.raises(ValueError, match="label_smoothing"): Tensor(LOGITS).cross_entropy(Tensor(LABELS.astype(np.int32)), label_smoothing=1.5)
-  with pytest.raises(RuntimeError, match="integer class indices"): Tensor(LOGITS).nll_loss(Tensor(LABELS.astype(np.float32)))
+  with pytest.raises(ValueError, match="reduction"):
+    Tensor(LOGITS).nll_loss(Tensor(LABELS.astype(np.int32)), reduction="avg")
+  with pytest.raises(ValueError, match="label_smoothing"):
+    Tensor(LOGITS).cross_entropy(Tensor(LABELS.astype(np.int32)), label_smoothing=1.5)
+  with pytest.raises(RuntimeError, match="integer class indices"):
+    Tensor(LOGITS).nll_loss(Tensor(LABELS.astype(np.float32)))
 
 
 @pytest.mark.parametrize("formula,shapes", [
-  ("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,jk", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ii->i", [(4, 4)]),
-  ("ii", [(4, 4)]), ("ij->ji", [(3, 4)]), ("ij,ij->", [(3, 4), (3, 4)]), ("i,j->ij", [(3,), (4,)]), ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]),
+  ("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,jk", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+  ("ii->i", [(4, 4)]),
+  ("ii", [(4, 4)]), ("ij->ji", [(3, 4)]), ("ij,ij->", [(3, 4), (3, 4)]), ("i,j->ij", [(3,), (4,)]),
+  ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]),
   ("ijk,jil->kl", [(2, 3, 4), (3, 2, 5)]), ("iij->j", [(3, 3, 2)]),
 ])
 def test_einsum_matches_numpy(formula, shapes):
@@ -119,7 +130,9 @@ def _resize_reference(x: np.ndarray, size, mode, align_corners) -> np.ndarray:
   return x
 
 
-@pytest.mark.parametrize("mode,align", [("nearest", False), ("nearest-exact", False), ("linear", False), ("linear", True), ("bilinear", True)])
+@pytest.mark.parametrize("mode,align",
+                         [("nearest", False), ("nearest-exact", False), ("linear", False), ("linear", True),
+                          ("bilinear", True)])
 @pytest.mark.parametrize("size", [(8, 10), (3, 2), (5, 5), (1, 7)])
 def test_interpolate_matches_the_torch_coordinate_rules(mode, align, size):
   x = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
@@ -129,7 +142,8 @@ def test_interpolate_matches_the_torch_coordinate_rules(mode, align, size):
 
 def test_interpolate_errors_are_clear():
   with pytest.raises(ValueError, match="mode"): Tensor.ones(1, 1, 4, 4).interpolate((8, 8), mode="cubic")
-  with pytest.raises(ValueError, match="align_corners"): Tensor.ones(1, 1, 4, 4).interpolate((8, 8), mode="nearest", align_corners=True)
+  with pytest.raises(ValueError, match="align_corners"):
+    Tensor.ones(1, 1, 4, 4).interpolate((8, 8), mode="nearest", align_corners=True)
   with pytest.raises(ValueError, match="does not fit"): Tensor.ones(4).interpolate((8, 8))
 
 
@@ -144,18 +158,23 @@ def conv_transpose_reference(x, w, stride=1, padding=0, output_padding=0, dilati
     g = c // (cin // groups)
     for i, j, ky, kx in np.ndindex(h, wd, kh, kw):
       y, xx = i * stride - padding + ky * dilation, j * stride - padding + kx * dilation
-      if 0 <= y < oh and 0 <= xx < ow: out[:, g * per_group:(g + 1) * per_group, y, xx] += x[:, c, i, j][:, None] * w[c, :, ky, kx][None]
+      if 0 <= y < oh and 0 <= xx < ow:
+        out[:, g * per_group:(g + 1) * per_group, y, xx] += x[:, c, i, j][:, None] * w[c, :, ky, kx][None]
   return out
 
 
-@pytest.mark.parametrize("options", [{}, {"stride": 2}, {"stride": 2, "padding": 1}, {"stride": 3, "padding": 1, "output_padding": 2},
-                                     {"dilation": 2, "padding": 1}, {"groups": 2, "stride": 2}, {"stride": 2, "dilation": 2, "output_padding": 1}],
+@pytest.mark.parametrize("options",
+                         [{}, {"stride": 2}, {"stride": 2, "padding": 1},
+                          {"stride": 3, "padding": 1, "output_padding": 2},
+                                     {"dilation": 2, "padding": 1}, {"groups": 2, "stride": 2},
+                                     {"stride": 2, "dilation": 2, "output_padding": 1}],
                          ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
 def test_conv_transpose2d_matches_its_definition(options):
   x, w = rng.standard_normal((2, 4, 5, 6)).astype(np.float32), rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
   b = rng.standard_normal(3 * options.get("groups", 1)).astype(np.float32)
   got = Tensor(x).conv_transpose2d(Tensor(w), Tensor(b), **options).numpy()
-  np.testing.assert_allclose(got, conv_transpose_reference(x, w, **options) + b[None, :, None, None], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(got, conv_transpose_reference(x, w, **options) + b[None, :, None, None], rtol=1e-4,
+                             atol=1e-5)
 
 
 def test_conv_transpose2d_is_the_input_gradient_of_conv2d():
@@ -165,14 +184,16 @@ def test_conv_transpose2d_is_the_input_gradient_of_conv2d():
   (x.conv2d(w, stride=2) * Tensor(upstream, dtype=dtypes.float64)).sum().backward()
   again = Tensor(upstream, dtype=dtypes.float64).conv_transpose2d(w, stride=2)
   np.testing.assert_allclose(again.numpy(), x.grad.numpy(), rtol=1e-10, atol=1e-12)
-  with pytest.raises(ValueError, match="output_padding"): Tensor.ones(1, 3, 4, 4).conv_transpose2d(Tensor.ones(3, 2, 3, 3), stride=2, output_padding=2)
+  with pytest.raises(ValueError, match="output_padding"):
+    Tensor.ones(1, 3, 4, 4).conv_transpose2d(Tensor.ones(3, 2, 3, 3), stride=2, output_padding=2)
 
 
 @pytest.mark.parametrize("mode,numpy_mode", [("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap")])
 @pytest.mark.parametrize("pads", [(2, 1, 1, 2), (0, 3), (-1, 2, 0, 1), (1, 1, 1, 1, 1, 0)])
 def test_pad_modes_match_numpy(mode, numpy_mode, pads):
   x = rng.standard_normal((3, 4, 5)).astype(np.float32)
-  pairs = [(pads[2 * k], pads[2 * k + 1]) if 2 * k < len(pads) else (0, 0) for k in range(3)][::-1]   # torch order: last axis first
+  # torch order: last axis first
+  pairs = [(pads[2 * k], pads[2 * k + 1]) if 2 * k < len(pads) else (0, 0) for k in range(3)][::-1]
   cut = x[tuple(slice(max(-b, 0), x.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(pairs))]
   expect = np.pad(cut, [(max(b, 0), max(e, 0)) for b, e in pairs], mode=numpy_mode)
   np.testing.assert_array_equal(Tensor(x).pad(pads, mode=mode).numpy(), expect)
@@ -191,7 +212,8 @@ def test_errors_have_the_reference_kinds():
   assert (Tensor([True, False]) ^ Tensor([True, True])).numpy().tolist() == [False, True]
   assert (Tensor([6, 3]) & 5).numpy().tolist() == [4, 1]
   q = Tensor.ones(1, 2, 4)
-  with pytest.raises(RuntimeError, match="attn_mask or is_causal, not both"): q.scaled_dot_product_attention(q, q, attn_mask=Tensor.ones(2, 2).bool(), is_causal=True)
+  with pytest.raises(RuntimeError, match="attn_mask or is_causal, not both"):
+    q.scaled_dot_product_attention(q, q, attn_mask=Tensor.ones(2, 2).bool(), is_causal=True)
   with pytest.raises(ValueError, match="kernel size"): Tensor.ones(1, 1, 2, 2).conv2d(Tensor.ones(1, 1, 3, 3))
   with pytest.raises(ValueError, match="does not match"): Tensor.ones(1, 2, 4, 4).conv2d(Tensor.ones(1, 3, 3, 3))
 
@@ -232,15 +254,18 @@ def pool_reference(x, k, s, p, d, ceil, kind, include_pad=True):
 @pytest.mark.parametrize("ceil", [False, True])
 def test_pooling_with_ceil_mode_and_dilation(k, s, p, d, ceil):
   x = rng.standard_normal((1, 2, 7, 6)).astype(np.float32)
-  np.testing.assert_allclose(Tensor(x).max_pool2d(k, s, d, p, ceil_mode=ceil).numpy(), pool_reference(x, k, s, p, d, ceil, "max"), atol=1e-6)
-  np.testing.assert_allclose(Tensor(x).avg_pool2d(k, s, d, p, ceil_mode=ceil).numpy(), pool_reference(x, k, s, p, d, ceil, "avg"), atol=1e-5)
+  np.testing.assert_allclose(Tensor(x).max_pool2d(k, s, d, p, ceil_mode=ceil).numpy(),
+                             pool_reference(x, k, s, p, d, ceil, "max"), atol=1e-6)
+  np.testing.assert_allclose(Tensor(x).avg_pool2d(k, s, d, p, ceil_mode=ceil).numpy(),
+                             pool_reference(x, k, s, p, d, ceil, "avg"), atol=1e-5)
   np.testing.assert_allclose(Tensor(x).avg_pool2d(k, s, d, p, ceil_mode=ceil, count_include_pad=False).numpy(),
                              pool_reference(x, k, s, p, d, ceil, "avg", include_pad=False), atol=1e-5)
 
 
 @pytest.mark.parametrize("index,value", [
   ((slice(1, 3),), 7.0), ((1, slice(None, None, 2)), -1.0), ((slice(None), 4), np.arange(4, dtype=np.float32)),
-  ((np.array([0, 2]),), np.full(5, 9.0, np.float32)), ((slice(None), np.array([4, 0])), 3.0), ((Ellipsis, 1), np.arange(4, dtype=np.float32)),
+  ((np.array([0, 2]),), np.full(5, 9.0, np.float32)), ((slice(None), np.array([4, 0])), 3.0),
+  ((Ellipsis, 1), np.arange(4, dtype=np.float32)),
   ((2, 3), 5.5), ((slice(1, None), slice(None, 2)), np.array([[1.0, 2.0]] * 3, np.float32)),
 ], ids=str)
 @pytest.mark.parametrize("realized", [True, False])

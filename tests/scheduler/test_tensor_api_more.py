@@ -59,7 +59,8 @@ def test_values_match_numpy(name, op, ref):
   close(op(Tensor(A)), ref(A.astype(np.float64)), rtol=2e-5, atol=2e-6)
 
 
-@pytest.mark.parametrize("name, op, ref", [c for c in ACTIVATIONS if c[0] != "hardtanh"], ids=[c[0] for c in ACTIVATIONS if c[0] != "hardtanh"])
+@pytest.mark.parametrize("name, op, ref", [c for c in ACTIVATIONS if c[0] != "hardtanh"],
+                         ids=[c[0] for c in ACTIVATIONS if c[0] != "hardtanh"])
 def test_gradients_match_finite_differences(name, op, ref):
   a = A.astype(np.float64)
   a = np.where(np.abs(a) < 1e-3, 0.5, a)   # away from the kinks at 0, where a one-sided slope is taken
@@ -96,7 +97,8 @@ def test_linspace(start, stop, steps):
 def test_normal_and_kaiming_normal_have_their_moments():
   Tensor.manual_seed(3)
   x = Tensor.normal(200, 100, mean=-2.0, std=3.0).numpy()
-  assert x.shape == (200, 100) and abs(x.mean() + 2.0) < 0.06 and abs(x.std() - 3.0) < 0.06   # 20,000 draws: 5 standard errors
+  # 20,000 draws: 5 standard errors
+  assert x.shape == (200, 100) and abs(x.mean() + 2.0) < 0.06 and abs(x.std() - 3.0) < 0.06
   w = Tensor.kaiming_normal(256, 64, a=0.0).numpy()
   assert abs(w.std() - math.sqrt(2.0 / 64)) < 0.01 and abs(w.mean()) < 0.01
 

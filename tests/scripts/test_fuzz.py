@@ -31,9 +31,12 @@ def test_every_program_kind_and_family_is_generated():
     ops |= p.ops; dtypes_seen |= p.dtypes; families.add(p.family)
   assert families == {"values", "gradient", "optimizer", "setitem", "symbolic"}
   assert set(ref.DTYPES) <= dtypes_seen
-  for op in ("arange", "eye", "full", "rand", "randint", "getitem", "cat", "stack", "pad", "shrink", "flip", "expand", "permute",
-             "reshape", "matmul", "conv2d", "max_pool2d", "avg_pool2d", "cast", "sum", "max", "argmax", "prod", "mod", "idiv",
-             "where", "gradient", "SGD", "setitem", "Variable", "pow", "cumsum", "cummax", "gather", "interpolate", "einsum"):
+  for op in ("arange", "eye", "full", "rand", "randint", "getitem", "cat", "stack", "pad", "shrink", "flip", "expand",
+             "permute",
+             "reshape", "matmul", "conv2d", "max_pool2d", "avg_pool2d", "cast", "sum", "max", "argmax", "prod", "mod",
+             "idiv",
+             "where", "gradient", "SGD", "setitem", "Variable", "pow", "cumsum", "cummax", "gather", "interpolate",
+             "einsum"):
     assert op in ops, op
 
 
@@ -57,16 +60,19 @@ def test_a_planted_wrong_result_is_found_and_shrunk(monkeypatch, capsys):
 
 def test_the_oracle_catches_a_wrong_value():
   program = program_at(100, 0)
-  program.checks[0].expected = f"({program.checks[0].expected}) + 1" if program.checks[0].dtype != "bool" else f"~{program.checks[0].expected}"
+  program.checks[0].expected = (f"({program.checks[0].expected}) + 1" if program.checks[0].dtype != "bool"
+                                else f"~{program.checks[0].expected}")
   assert any(f.kind == "mismatch" for f in judge(program, ("PYTHON",)))
 
 
 def test_the_command_line(tmp_path):
-  out = subprocess.run([sys.executable, "-m", "scripts.fuzz", "--print", "2:3"], capture_output=True, text=True, check=True).stdout
+  out = subprocess.run([sys.executable, "-m", "scripts.fuzz", "--print", "2:3"], capture_output=True, text=True,
+                       check=True).stdout
   assert out == program_at(2, 3).source("test_fuzz_2_3") + "\n"
   file = tmp_path / "test_repro.py"
   file.write_text(out)   # a printed program is a standalone pytest file that passes on a correct compiler
-  code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(file)], capture_output=True, text=True)
+  code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(file)],
+                        capture_output=True, text=True)
   assert code.returncode == 0, code.stdout[-2000:]
   bad = subprocess.run([sys.executable, "-m", "scripts.fuzz", "--print", "x"], capture_output=True, text=True)
   assert bad.returncode == 2 and "SEED:INDEX" in bad.stderr

@@ -43,19 +43,23 @@ def test_symbolic_workload_matches_numpy():
   out = WORKLOADS["symbolic_seq"]()["outputs"]
   rng = np.random.default_rng(6)
   x, w = rng.standard_normal((12, 8)).astype(np.float32), rng.standard_normal((8, 4)).astype(np.float32)
-  for n, got in zip((3, 7, 12), out): np.testing.assert_allclose(got, np.maximum(x[:n] @ w, 0).sum(0), rtol=1e-4, atol=1e-5)
+  for n, got in zip((3, 7, 12), out):
+    np.testing.assert_allclose(got, np.maximum(x[:n] @ w, 0).sum(0), rtol=1e-4, atol=1e-5)
 
 
 def test_command_line_lists_and_rejects_unknown_names():
   proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--list"], cwd=REPO, capture_output=True, text=True)
   assert proc.returncode == 0 and "mlp_sgd" in proc.stdout and "ref_matmul" in proc.stdout
-  proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", "nope"], cwd=REPO, capture_output=True, text=True)
+  proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", "nope"], cwd=REPO, capture_output=True,
+                        text=True)
   assert proc.returncode == 2 and "unknown workload" in proc.stderr
-  proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", "ref_add_const", "ref_sum_all", "--no-variants"], cwd=REPO,
+  proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", "ref_add_const", "ref_sum_all",
+                         "--no-variants"], cwd=REPO,
                         capture_output=True, text=True)
   assert proc.returncode == 0 and "2/2 workloads ok" in proc.stdout
   # with variants: each workload also on PYTHON and under four flags
-  proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", "ref_add_const"], cwd=REPO, capture_output=True, text=True)
+  proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--only", "ref_add_const"], cwd=REPO,
+                        capture_output=True, text=True)
   assert proc.returncode == 0 and "6/6 workloads ok" in proc.stdout and "ref_add_const[PYTHON]" in proc.stdout
   assert "ref_add_const[SPLIT_REDUCEOP=0]" in proc.stdout
 
@@ -81,12 +85,17 @@ def test_integer_workload_matches_numpy(device):
   a = np.array([-7, -6, -1, 0, 1, 5, 7, -128, 127, -2**20], dtype=np.int32)
   b = np.array([2, -4, 3, 5, -3, -5, 2, 7, -8, 3], dtype=np.int32)
   out = run_on(device, "int_arith_negative")["outputs"]
-  trunc_div = lambda x, y: (np.abs(x) // np.abs(y)) * np.sign(x) * np.sign(y)   # // truncates toward zero, as the reference's idiv
+  # // truncates toward zero, as the reference's idiv
+  trunc_div = lambda x, y: (np.abs(x) // np.abs(y)) * np.sign(x) * np.sign(y)
   wrapped = a.astype(np.uint32)
-  expected = [trunc_div(a, b), np.mod(a, b), a * -3 + b, trunc_div(a, np.int32(-3)), np.mod(a, 7), wrapped << 3, wrapped >> 5,
-              (-a).astype(np.uint32) >> 1, np.maximum(a, b) - np.minimum(a, b), np.trunc(a.astype(np.float32) / 3).astype(np.int32),
-              a.astype(np.int8), a.astype(np.uint8), np.abs(trunc_div(a * 3, np.int32(-2))), np.sign(a) * (np.abs(a) % 4), np.where(a < b, a, -b)]
-  promoted = [a.astype(np.float32) / b.astype(np.float32), np.exp2(np.mod(a, 5).astype(np.float32)), a.astype(np.float32) * 0.5]
+  expected = [trunc_div(a, b), np.mod(a, b), a * -3 + b, trunc_div(a, np.int32(-3)), np.mod(a, 7), wrapped << 3,
+              wrapped >> 5,
+              (-a).astype(np.uint32) >> 1, np.maximum(a, b) - np.minimum(a, b),
+              np.trunc(a.astype(np.float32) / 3).astype(np.int32),
+              a.astype(np.int8), a.astype(np.uint8), np.abs(trunc_div(a * 3, np.int32(-2))),
+              np.sign(a) * (np.abs(a) % 4), np.where(a < b, a, -b)]
+  promoted = [a.astype(np.float32) / b.astype(np.float32), np.exp2(np.mod(a, 5).astype(np.float32)),
+              a.astype(np.float32) * 0.5]
   assert len(out) == len(expected) + len(promoted)
   for i, (got, want) in enumerate(zip(out, expected)): np.testing.assert_array_equal(got, want, err_msg=f"output {i}")
   for got, want in zip(out[len(expected):], promoted):
@@ -99,12 +108,14 @@ def test_view_and_assign_workloads_match_numpy(device):
   if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
   base = np.arange(96, dtype=np.float32).reshape(8, 12)
   inner = base[1:7, 2:10][1:5, ::2]
-  expected = [inner, np.pad(inner[:, ::-1], ((1, 0), (0, 2))).T, base[2:6], base[3:5, 4:8].reshape(8) * 2, base[:, 3:9].reshape(8, 2, 3).sum(2),
+  expected = [inner, np.pad(inner[:, ::-1], ((1, 0), (0, 2))).T, base[2:6], base[3:5, 4:8].reshape(8) * 2,
+              base[:, 3:9].reshape(8, 2, 3).sum(2),
               base.reshape(4, 24)[1:3].reshape(2, 4, 6)[:, 1:3]]
   for got, want in zip(run_on(device, "nested_views")["outputs"], expected): np.testing.assert_array_equal(got, want)
   a = np.arange(8, dtype=np.float32)
   expected = [a + 1, -a, 2 * a, 6 * -a, np.full((4, 4), 2, np.float32)]
-  for got, want in zip(run_on(device, "assign_orderings")["outputs"], expected): np.testing.assert_array_equal(got, want)
+  for got, want in zip(run_on(device, "assign_orderings")["outputs"], expected):
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -114,7 +125,8 @@ def test_special_values_workload_matches_numpy(device):
   x = special_values_input()
   finite = np.clip(np.where(x != x, 0, x), -3, 3)
   with np.errstate(all="ignore"):
-    expected = [x != x, x - x, 1 / x, np.sqrt(x), x.sum(1), np.where(x != x, 0, x).sum(1), np.where(x > 0.5, x, 0.5), np.where(x != x, 0, x).max(1), -x,
+    expected = [x != x, x - x, 1 / x, np.sqrt(x), x.sum(1), np.where(x != x, 0, x).sum(1), np.where(x > 0.5, x, 0.5),
+                np.where(x != x, 0, x).max(1), -x,
                 x < 1e30, finite.sum(1) * 1e-3, (finite * finite).sum(0)]
   out = run_on(device, "special_values")["outputs"]
   assert len(out) == len(expected)
@@ -127,7 +139,8 @@ def test_big_reductions_match_numpy_and_split_by_default():
   from scheduler.helpers import Context
   x = np.random.default_rng(8).standard_normal(1 << 17).astype(np.float32)
   out = run_on("PYTHON", "big_reductions")["outputs"]
-  expected = [x.sum(), x.max(), x.reshape(2, 1 << 16).sum(1), np.sqrt((x.astype(np.float64) ** 2).mean()), x.reshape(1 << 9, 1 << 8).sum(0)]
+  expected = [x.sum(), x.max(), x.reshape(2, 1 << 16).sum(1), np.sqrt((x.astype(np.float64) ** 2).mean()),
+              x.reshape(1 << 9, 1 << 8).sum(0)]
   for got, want in zip(out, expected): np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
   t = Tensor(x).realize()
   assert len(t.sum().schedule()) == 2   # the corpus reaches the split rule...
@@ -153,14 +166,16 @@ def test_einsum_attention_workload_matches_numpy():
 def test_view_and_constant_edge_workloads_match_numpy():
   views = WORKLOADS["nested_views"]()["outputs"]
   base = np.arange(96, dtype=np.float32).reshape(8, 12)
-  expect = [np.flip(np.pad(base[:5, :7], ((1, 3), (2, 0))), 0), np.flip(np.pad(base[2:, 1:], ((0, 2), (3, 1))), (0, 1)) + 1,
+  expect = [np.flip(np.pad(base[:5, :7], ((1, 3), (2, 0))), 0),
+            np.flip(np.pad(base[2:, 1:], ((0, 2), (3, 1))), (0, 1)) + 1,
             np.flip(np.pad(base[1:4], ((2, 1), (1, 2))), 1).sum(0), base.reshape(96)[1:95].reshape(2, 47)[:, ::3],
             base.reshape(96)[5:].reshape(7, 13)[:, 1:].reshape(12, 7).sum(1), base[:4, :6].T.reshape(24)[:5],
             base[:2, :12].reshape(2, 3, 4).transpose(2, 0, 1).reshape(24)[:7] * 3]
   assert len(views) == 6 + len(expect)
   for got, want in zip(views[6:], expect): np.testing.assert_array_equal(got, want)
   constants = WORKLOADS["constant_reductions"]()["outputs"]
-  expect = [np.full(4, 2.5), np.full(5, -1.5), 1.5 ** 6, np.array([1, 1, 1, 1, -3, -3.0]), np.ones(5), np.arange(5.0), 8.0,
+  expect = [np.full(4, 2.5), np.full(5, -1.5), 1.5 ** 6, np.array([1, 1, 1, 1, -3, -3.0]), np.ones(5), np.arange(5.0),
+            8.0,
             np.full(6, 12), np.full(3, 2)]
   for got, want in zip(constants, expect): np.testing.assert_allclose(got, want, rtol=1e-6)
 
@@ -169,11 +184,14 @@ def test_jobs_run_workloads_in_processes_that_capture_into_one_run(tmp_path):
   from tests.replay.conftest import cli
   from db import Store
   db = tmp_path / "r.db"
-  proc = cli("capture", "--", sys.executable, "-m", "scripts.workloads", "--only", "ref_add_const", "ref_sum_all", "ref_matmul", "--jobs", "2", db=db)
-  assert proc.returncode == 0 and "24/24 workloads ok" in proc.stdout, proc.stdout + proc.stderr   # ref_matmul also matches ref_matmul_bias_relu
+  proc = cli("capture", "--", sys.executable, "-m", "scripts.workloads", "--only", "ref_add_const", "ref_sum_all",
+             "ref_matmul", "--jobs", "2", db=db)
+  # ref_matmul also matches ref_matmul_bias_relu
+  assert proc.returncode == 0 and "24/24 workloads ok" in proc.stdout, proc.stdout + proc.stderr
   caps = Store(str(db)).captures()
   assert len({c["run_id"] for c in caps}) == 1
-  assert {c["location"].split(" @ ")[0] for c in caps} >= {"workload:ref_add_const", "workload:ref_sum_all[PYTHON]", "workload:ref_matmul[SPLIT_REDUCEOP=0]"}
+  assert {c["location"].split(" @ ")[0] for c in caps} >= {"workload:ref_add_const", "workload:ref_sum_all[PYTHON]",
+                                                           "workload:ref_matmul[SPLIT_REDUCEOP=0]"}
 
 
 def _conv2d_same(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -186,7 +204,8 @@ def test_large_layers_match_numpy():
   out = WORKLOADS["large_layers"]()["outputs"]
   rng = np.random.default_rng(21)
   def t(*shape): return rng.standard_normal(shape).astype(np.float32).astype(np.float64)
-  want = [np.maximum(t(m, k) @ (t(k, n).astype(np.float32) * np.float32(k ** -0.5)) + t(n), 0) for m, k, n in ((128, 256, 96), (100, 300, 52), (37, 1000, 41))]
+  want = [np.maximum(t(m, k) @ (t(k, n).astype(np.float32) * np.float32(k ** -0.5)) + t(n),
+                     0) for m, k, n in ((128, 256, 96), (100, 300, 52), (37, 1000, 41))]
   x, w, b = t(2, 16, 34, 34), t(32, 16, 3, 3), t(32)
   want.append(_conv2d_same(x, w.astype(np.float32) * np.float32(0.1), b))
   logits = t(64, 2048)
@@ -200,8 +219,10 @@ def test_mixed_dtypes_follow_the_promotion_rules_and_match_numpy():
   out = WORKLOADS["mixed_dtypes"]()["outputs"]
   rng = np.random.default_rng(22)
   image = rng.integers(0, 256, (3, 32, 32), dtype=np.uint8)
-  mean, std = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None], np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
-  weights, activations = rng.integers(-128, 128, (64, 48), dtype=np.int8), rng.integers(0, 256, (48, 16), dtype=np.uint8)
+  mean, std = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None], np.array([0.229, 0.224, 0.225],
+                                                                                   np.float32)[:, None, None]
+  weights, activations = rng.integers(-128, 128, (64, 48), dtype=np.int8), rng.integers(0, 256, (48, 16),
+                                                                                        dtype=np.uint8)
   x = rng.standard_normal((32, 64)).astype(np.float16)
   w = rng.standard_normal((64, 24)).astype(np.float16) * np.float16(0.1)
   bias = rng.standard_normal(24).astype(np.float32)
@@ -209,8 +230,10 @@ def test_mixed_dtypes_follow_the_promotion_rules_and_match_numpy():
   offsets = rng.integers(0, 4, 32, dtype=np.int64)
   half_layer = np.maximum(x.astype(np.float32) @ w.astype(np.float32) + bias, 0)
   want = [(image / np.float32(255) - mean) / std, weights.astype(np.int32) @ activations.astype(np.int32),
-          (weights[:16, :16] * np.int8(3)).astype(np.int16) + activations[:16, :16], half_layer,   # int8 * 3 wraps in int8
-          np.where(counts > 0, half_layer, 0) * counts + (counts < 0) * 0.5, (x.astype(np.float32) * 3).sum(axis=1) + offsets]
+          (weights[:16, :16] * np.int8(3)).astype(np.int16) + activations[:16, :16],
+          half_layer,   # int8 * 3 wraps in int8
+          np.where(counts > 0, half_layer, 0) * counts + (counts < 0) * 0.5,
+          (x.astype(np.float32) * 3).sum(axis=1) + offsets]
   assert [o.dtype for o in out] == [np.float32, np.int32, np.int16, np.float32, np.float32, np.float16]
   for got, expected in zip(out, want):
     tol = 2e-2 if got.dtype == np.float16 or got is out[3] or got is out[4] else 1e-5
@@ -264,7 +287,8 @@ def test_the_24_block_transformer_encoder_matches_numpy():
 def test_disk_workloads_wait_for_each_other_instead_of_truncating_a_mapped_file():
   from scripts.workloads.files import exclusive_folder
   with exclusive_folder("process-replay-disk-views"):
-    other = subprocess.Popen([sys.executable, "-m", "scripts.workloads", "--only", "disk_views", "--no-variants"], cwd=REPO,
+    other = subprocess.Popen([sys.executable, "-m", "scripts.workloads", "--only", "disk_views", "--no-variants"],
+                             cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
       with pytest.raises(subprocess.TimeoutExpired): other.wait(timeout=3)   # blocked on the folder's lock

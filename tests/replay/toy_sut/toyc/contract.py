@@ -39,7 +39,8 @@ def graph_buffers(graph) -> Iterator[tuple[Any, int, str, int, Callable]]:
       yield n, data.size, "float32", data.nbytes, (lambda data=data: data)
 
 
-def fresh_buffers(graph, contents: Optional[dict] = None, decode: Optional[Callable] = None, tmpdir: Optional[str] = None):
+def fresh_buffers(graph, contents: Optional[dict] = None, decode: Optional[Callable] = None,
+                  tmpdir: Optional[str] = None):
   contents, made = contents or {}, {}
   for n in graph.toposort:
     if n.op is ir.Op.INPUT:
