@@ -290,6 +290,10 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
       args.append(buffers[self])
     return RECONSTRUCTORS["uop"], tuple(args)
 
+  def index(self, idx: UOp, valid: Optional[UOp] = None) -> UOp:
+    """An INDEX into this buffer at `idx`, gated by `valid` when given (the address of a load or a store)."""
+    return UOp(Ops.INDEX, self.dtype, (self, idx) if valid is None else (self, idx, valid))
+
   def replace(self, **changes) -> UOp:
     """This UOp with some of op, dtype, src, arg changed (itself when nothing changes)."""
     unknown = set(changes) - {"op", "dtype", "src", "arg"}

@@ -12,8 +12,8 @@ from typing import Optional
 from scheduler.dtype import dtypes
 from scheduler.helpers import RECONSTRUCTORS
 from scheduler import ops
-from scheduler.ops import UOp, Ops, sint_to_uop
-from scheduler.shape.view import View, unravel
+from scheduler.ops import UOp, Ops, resolve, sint_to_uop
+from scheduler.shape.view import View, strides_for_shape, unravel
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,29 @@ class ShapeTracker:
     return position, valid
 
   def real_size(self) -> int:
-    """One past the highest buffer position the chain reads (0 when it reads nothing)."""
+    """One past the highest buffer position the chain reads (0 when it reads nothing): positions outside the last
+    view's mask are not read, so each axis only ranges over its valid part."""
     if 0 in self.shape: return 0
-    position, valid = self.to_indexed_uops()
+    mask = self.views[-1].mask
+    if mask is not None and any(resolve(end <= begin, False) for begin, end in mask): return 0
+    bounds = mask if mask is not None else tuple((0, extent) for extent in self.shape)
+    if not all(isinstance(b, int) and isinstance(e, int) for b, e in bounds): bounds = None
+    idxs = None if bounds is None else [UOp.variable(f"axis{i}", b, e - 1) for i, (b, e) in enumerate(bounds)]
+    position, valid = self.to_indexed_uops(idxs)
     return 0 if not valid.vmax else int(position.vmax + 1)
+
+  @property
+  def consecutive(self) -> bool:
+    """One unmasked view that reads the buffer in order from some offset (contiguous but for the offset)."""
+    view = self.views[0]
+    return len(self.views) == 1 and view.mask is None and view.strides == strides_for_shape(view.shape)
+
+  def axis_is_masked(self, axis: int) -> bool:
+    """Whether the validity of a read depends on the index along `axis` (a pad or a masked view on it)."""
+    axes = [UOp.variable(f"axis{i}", 0, (extent - 1) if isinstance(extent, int) else 1 << 30)
+            for i, extent in enumerate(self.shape)]
+    _, valid = self.to_indexed_uops(axes)
+    return axes[axis] in valid.simplify().toposort
 
   def real_strides(self, ignore_valid: bool = False) -> tuple:
     """Per axis, how far one step moves in the buffer: an int, or None when it is not a plain stride (an axis

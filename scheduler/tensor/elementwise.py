@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools, math
 from scheduler.dtype import MANTISSA_BITS, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from scheduler.ops import UOp, Ops
-from scheduler.tensor.base import TensorBase
+from scheduler.tensor.base import TensorBase, broadcast_shape
 
 LOG2_E = 1 / math.log(2)
 _UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -168,6 +168,11 @@ class Elementwise:
     return self.idiv(2 ** x)
 
   def pow(self, x, reverse=False):
+    if not reverse and isinstance(x, TensorBase) and x.lazydata.base.op is Ops.CONST and x.dtype == self.dtype and \
+       broadcast_shape(self.shape, x.shape) == self.shape:
+      # a constant exponent tensor is the constant: the specializations below apply, and x ** 0 is 1 with no kernel
+      if x.lazydata.base.arg == 0: return self.full_like(1)
+      x = x.lazydata.base.arg
     if not reverse and not isinstance(x, TensorBase):
       if x == 0:   # 1 everywhere (NaN and inf too), still a function of self: its gradient is 0, not missing
         zero = self * 0

@@ -243,6 +243,44 @@ class Movement:
     is_index = index.to(self.device).unsqueeze(-1)._one_hot_along_dim(self.shape[dim])
     return is_index.where(candidates, 0).sum(-1, dtype=self.dtype)
 
+  def scatter(self, dim: int, index, src, reduce: Optional[str] = None):
+    """self with out[..., index[i], ...] = src[..., i, ...] along `dim` (torch's scatter); reduce="add" or
+    "multiply" combines with self instead of replacing. Positions no index names keep self's value."""
+    if reduce not in (None, "add", "multiply"):
+      raise ValueError(f"scatter reduce must be 'add' or 'multiply', got {reduce!r}")
+    if index.ndim != self.ndim: raise ValueError(f"index has {index.ndim} axes, self has {self.ndim}")
+    dim = self._resolve_dim(dim)
+    if not isinstance(src, TensorBase): src = type(self).full(index.shape, src, dtype=self.dtype, device=self.device)
+    if any(i > s for i, s in zip(index.shape, src.shape)) or \
+       any(i > s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
+      raise RuntimeError(f"scatter index {index.shape} must fit src {src.shape} and self {self.shape}")
+    src = src.shrink(tuple((0, n) for n in index.shape)).cast(self.dtype)
+    n = self.shape[dim]
+    lands = index.to(self.device).unsqueeze(-1)._one_hot_along_dim(n)     # index.shape + (n,): element i goes to p
+    moved = src.unsqueeze(-1)
+    part = lands.where(moved, 1).prod(dim) if reduce == "multiply" else lands.where(moved, 0).sum(dim, dtype=self.dtype)
+    hit = lands.any(dim)
+    # the targets (last axis) back in place of `dim`, then padded to self's extent where index is smaller
+    part, hit = (x.unsqueeze(dim).transpose(dim, -1).squeeze(-1) for x in (part, hit))
+    padding = tuple((0, s - (n if d == dim else i)) for d, (i, s) in enumerate(zip(index.shape, self.shape)))
+    part, hit = part.pad(padding), hit.pad(padding)
+    if reduce == "add": return self + hit.where(part, 0)
+    if reduce == "multiply": return self * hit.where(part, 1)
+    return hit.where(part, self)
+
+  def unfold(self, dim: int, size: int, step: int):
+    """Windows of `size` elements every `step` along `dim`: that axis becomes the window count, and the windows
+    run along a new last axis."""
+    dim = self._resolve_dim(dim)
+    if size < 0 or step <= 0 or size > self.shape[dim]:
+      raise RuntimeError(f"unfold size={size}, step={step} does not fit a dimension of {self.shape[dim]}")
+    count = (self.shape[dim] - size) // step + 1
+    windows = [self.shrink(tuple((k * step, k * step + size) if d == dim else None for d in range(self.ndim)))
+               for k in range(count)]
+    stacked = windows[0].stack(*windows[1:], dim=dim) if count > 1 else windows[0].unsqueeze(dim)
+    order = [d for d in range(stacked.ndim) if d != dim + 1] + [dim + 1]
+    return stacked.permute(order)
+
   # ***** resampling *****
 
   def interpolate(self, size: tuple, mode: str = "linear", align_corners: bool = False):

@@ -56,14 +56,17 @@ class Reduce:
   def any(self, axis=None, keepdim=False): return self.cast(dtypes.bool).max(axis=axis, keepdim=keepdim)
   def all(self, axis=None, keepdim=False): return self.logical_not().any(axis=axis, keepdim=keepdim).logical_not()
 
-  def sum(self, axis=None, keepdim=False, dtype=None):
-    """Sums accumulate in at least 32 bits (float16 sums come back as float16)."""
+  def sum(self, axis=None, keepdim=False, dtype=None, acc_dtype=None):
+    """Sums accumulate in at least 32 bits (float16 sums come back as float16); with `acc_dtype` (or `dtype`) they
+    accumulate in that dtype and come back in it."""
+    dtype = dtype if dtype is not None else acc_dtype
     accumulate = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
     total = self.cast(accumulate)._reduce(Ops.ADD, axis=axis, keepdim=keepdim)
     narrow_back = dtype is None and self.dtype == dtypes.float16
     return total.cast(self.dtype) if narrow_back else total
 
-  def prod(self, axis=None, keepdim=False, dtype=None):
+  def prod(self, axis=None, keepdim=False, dtype=None, acc_dtype=None):
+    dtype = dtype if dtype is not None else acc_dtype
     as_dtype = self.dtype if dtype is None else to_dtype(dtype)
     return self.cast(as_dtype)._reduce(Ops.MUL, axis=axis, keepdim=keepdim)
 
@@ -120,6 +123,32 @@ class Reduce:
     is_peak = self == self.max(axis=dim, keepdim=True)
     first = (is_peak * countdown).max(axis=dim, keepdim=keepdim)
     return (n - first).cast(dtypes.int32)
+
+  def sort(self, dim: int = -1, descending: bool = False):
+    """(values, indices) along `dim`, ascending (descending with `descending`); equal values keep their order. Each
+    element's rank is the count of elements before it in the order; the sorted values are gathered by rank."""
+    dim = self._resolve_dim(dim)
+    x = self.transpose(dim, -1) if dim != self.ndim - 1 else self
+    n = x.shape[-1]
+    position = type(self).arange(n, requires_grad=False, device=self.device)
+    mine, theirs = x.unsqueeze(-1), x.unsqueeze(-2)                     # (..., i, 1) against (..., 1, j)
+    before = (theirs > mine) if descending else (theirs < mine)
+    earlier_tie = (theirs == mine) & (position.reshape(1, n) < position.reshape(n, 1))
+    rank = (before | earlier_tie).sum(-1, dtype=dtypes.int32)          # (..., i): where element i goes
+    lands = rank.unsqueeze(-2) == position.reshape(n, 1)              # (..., k, i): element i lands at k
+    values = lands.where(x.unsqueeze(-2), 0).sum(-1, dtype=x.dtype)
+    indices = lands.where(position.reshape(1, n), 0).sum(-1, dtype=dtypes.int32)
+    if dim != self.ndim - 1: values, indices = values.transpose(dim, -1), indices.transpose(dim, -1)
+    return values, indices
+
+  def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True):
+    """The k largest (smallest with largest=False) values along `dim` and their indices, in sorted order."""
+    dim = self._resolve_dim(dim)
+    if not 0 <= k <= self.shape[dim]:
+      raise ValueError(f"topk k={k} is out of range for a dimension of {self.shape[dim]}")
+    values, indices = self.sort(dim, descending=largest)
+    window = tuple((0, k) if d == dim else None for d in range(self.ndim))
+    return values.shrink(window), indices.shrink(window)
 
   def argmin(self, axis=None, keepdim=False):
     return self._inverse_for_order().argmax(axis=axis, keepdim=keepdim)
@@ -307,10 +336,11 @@ class Reduce:
   @staticmethod
   def einsum(formula: str, *operands, dtype=None):
     """Sums of products over named axes ("ij,jk->ik"); without "->" the output is the letters used once, in
-    alphabetical order. A letter repeated in one operand takes its diagonal. Ellipses are not supported."""
+    alphabetical order. A letter repeated in one operand takes its diagonal. `...` stands for the leading axes
+    (right-aligned across operands, kept first in an implicit output); its sizes must match, not broadcast."""
     operands = argfix(*operands)
     spec = formula.replace(" ", "")
-    if "." in spec: raise NotImplementedError(f"einsum with an ellipsis is not supported: {formula!r}")
+    if "." in spec: spec = Reduce._einsum_expand_ellipsis(spec, operands)
     inputs, arrow, output = spec.partition("->")
     terms = inputs.split(",")
     if len(terms) != len(operands):
@@ -338,6 +368,26 @@ class Reduce:
     for t in aligned[1:]: product = product * t
     if not summed: return product.cast(dtype) if dtype is not None else product
     return product.sum(tuple(range(len(output), len(order))), dtype=dtype)
+
+  @staticmethod
+  def _einsum_expand_ellipsis(spec: str, operands) -> str:
+    """The formula with each `...` written as letters of its own (upper case letters the formula does not use)."""
+    inputs, arrow, output = spec.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands):
+      raise ValueError(f"einsum {spec!r} names {len(terms)} operands, got {len(operands)}")
+    if any(term.count("...") > 1 or term.replace("...", "").count(".") for term in terms + [output]):
+      raise ValueError(f"einsum {spec!r}: an ellipsis is written `...`, at most once per term")
+    spans = [t.ndim - len(term.replace("...", "")) if "..." in term else 0 for term, t in zip(terms, operands)]
+    if min(spans) < 0: raise ValueError(f"einsum {spec!r} has more letters than axes in an operand")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec][:max(spans)]
+    if len(free) < max(spans): raise ValueError(f"einsum {spec!r}: too many axes under the ellipsis")
+    terms = [term.replace("...", "".join(free[len(free) - span:])) for term, span in zip(terms, spans)]
+    if arrow: output = output.replace("...", "".join(free))
+    else:
+      letters = "".join(t.replace("...", "") for t in inputs.split(","))
+      output = "".join(free) + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return ",".join(terms) + "->" + output
 
   @staticmethod
   def _einsum_diagonals(t, term: str):
