@@ -1,6 +1,7 @@
-"""Workloads of the corpus that use the operations added for tinygrad API completeness (issue 17): an upsampling
-decoder (conv_transpose2d, interpolate, reflect padding), attention written with einsum, and a classifier trained
-with nll_loss and cross_entropy options. Fixed seeds, small shapes."""
+"""Workloads of the corpus that use the operations added for tinygrad API completeness (issues 17 and 28): an
+upsampling decoder (conv_transpose2d, interpolate, reflect padding), attention written with einsum, a classifier
+trained with nll_loss and cross_entropy options, and evaluation metrics (topk, sort, scatter, unfold, an einsum with
+an ellipsis). Fixed seeds, small shapes."""
 from __future__ import annotations
 import numpy as np
 from scheduler import Tensor, nn
@@ -78,3 +79,22 @@ def nll_classifier(steps: int = 4) -> dict:
   scores = [logits.cross_entropy(y, label_smoothing=0.1).numpy(),
             logits.cross_entropy(logits.softmax(1), reduction="none").numpy()]
   return {"outputs": [model.weight.numpy(), *scores], "losses": losses}
+
+
+def ranking_eval() -> dict:
+  """Scoring a classifier the way evaluation code does: top-5 accuracy (topk), the ranking of every score (sort), a
+  histogram of the predicted classes (scatter with add), and moving-window features of a signal (unfold) weighted
+  with an einsum over the leading axes (`...`)."""
+  rng = np.random.default_rng(16)
+  scores = Tensor(rng.standard_normal((8, 12)).astype(np.float32)).realize()
+  labels = Tensor(rng.integers(0, 12, 8).astype(np.int32)).realize()
+  _, top5 = scores.topk(5, dim=1)
+  top5_accuracy = (top5 == labels.unsqueeze(1)).any(1).float().mean()
+  ranked, order = scores.sort(1, descending=True)
+  predicted = order[:, :1].reshape(1, 8)
+  histogram = Tensor.zeros(1, 12).contiguous().scatter(1, predicted, 1.0, reduce="add")
+  signal = Tensor(rng.standard_normal((8, 16)).astype(np.float32)).realize()
+  taps = Tensor([0.25, 0.5, 0.25, -0.1]).realize()
+  features = Tensor.einsum("...w,w->...", signal.unfold(1, 4, 2), taps)
+  Tensor.realize(top5_accuracy, ranked, order, histogram, features)
+  return {"outputs": [top5_accuracy.numpy(), ranked.numpy(), order.numpy(), histogram.numpy(), features.numpy()]}

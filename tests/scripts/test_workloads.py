@@ -163,6 +163,22 @@ def test_einsum_attention_workload_matches_numpy():
   np.testing.assert_allclose(trace, np.trace(np.einsum("bqd,bkd->qk", expect, expect)), rtol=1e-4)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_ranking_eval_workload_matches_numpy(device):
+  accuracy, ranked, order, histogram, features = run_on(device, "ranking_eval")["outputs"]
+  rng = np.random.default_rng(16)
+  scores = rng.standard_normal((8, 12)).astype(np.float32)
+  labels = rng.integers(0, 12, 8).astype(np.int32)
+  signal = rng.standard_normal((8, 16)).astype(np.float32)
+  expect_order = np.argsort(-scores, axis=1, kind="stable")
+  assert accuracy == np.float32((expect_order[:, :5] == labels[:, None]).any(1).mean())
+  np.testing.assert_array_equal(order, expect_order)
+  np.testing.assert_array_equal(ranked, np.take_along_axis(scores, expect_order, 1))
+  np.testing.assert_array_equal(histogram, np.bincount(expect_order[:, 0], minlength=12)[None].astype(np.float32))
+  windows = np.lib.stride_tricks.sliding_window_view(signal, 4, axis=1)[:, ::2]
+  np.testing.assert_allclose(features, windows @ np.array([0.25, 0.5, 0.25, -0.1], np.float32), rtol=1e-5, atol=1e-6)
+
+
 def test_view_and_constant_edge_workloads_match_numpy():
   views = WORKLOADS["nested_views"]()["outputs"]
   base = np.arange(96, dtype=np.float32).reshape(8, 12)
