@@ -55,7 +55,12 @@ def compile_ahead(schedule: list) -> None:
 def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None) -> None:
   var_vals = var_vals or {}
   compile_ahead(schedule)
+  written_here = {id(si.bufs[0]) for si in schedule}   # an item may read a buffer's old contents before its writer
   for si in schedule:
+    if any(b.pending_write and id(b) not in written_here for b in si.bufs[1:]):
+      raise RuntimeError(f"{kernel_name(si.ast) if si.ast.op is Ops.SINK else si.ast.op.name} reads a buffer that "
+                         "another schedule computes, and that schedule has not run yet: run it first (run_schedule), "
+                         "or use realize() instead of schedule()")
     stats["kernels"] += 1
     for b in si.bufs: b.ensure_allocated()
     ast = si.ast
@@ -69,3 +74,4 @@ def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None) -> None
       except Exception as e:
         raise KernelError(f"kernel {kernel_name(ast)} failed on {device}: {type(e).__name__}: {e}") from e
     else: raise KernelError(f"cannot run a schedule item of kind {ast.op}")
+    si.bufs[0].pending_write = False

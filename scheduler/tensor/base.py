@@ -237,6 +237,7 @@ class TensorBase:
   def schedule_with_vars(self, *more: TensorBase) -> tuple[list, dict[UOp, int]]:
     from scheduler.schedule import create_schedule_with_vars   # schedule.py sits above the frontend
     items, var_vals, becomes = create_schedule_with_vars(UOp.sink(*(t.lazydata for t in (self, *more))))
+    for si in items: si.bufs[0].pending_write = True   # each item writes its first buffer; tensors point there now
     apply_becomes_map(becomes)
     return items, var_vals
 
@@ -286,7 +287,10 @@ class TensorBase:
     if (whole := self._whole_realized_buffer()) is not None: return whole.numpy().reshape(self.shape)
     readable = self if self.device in ("CPU", "PYTHON", "NPY") else self.to(Device.DEFAULT)
     done = readable.cast(self.dtype.base).contiguous().realize()
-    return done.lazydata.base.buffer.numpy().reshape(self.shape)
+    if (buffer := done.lazydata.base.buffer).pending_write:
+      raise RuntimeError("this tensor is computed by a schedule that has not run yet: run it first (run_schedule), or "
+                         "use realize() instead of schedule()")
+    return buffer.numpy().reshape(self.shape)
 
   def _whole_realized_buffer(self):
     """The Buffer this tensor already is, all of it in order on a host device, or None. Reading it needs no
