@@ -62,6 +62,15 @@ def test_sgd_step_over_convs_fuses_each_gradient_into_its_update(layers, image, 
   assert _sgd_step_kernels(layers(), Tensor.empty(*image)) == kernels
 
 
+@pytest.mark.parametrize("options", [dict(momentum=0.9), dict(momentum=0.9, nesterov=True, weight_decay=0.1)],
+                         ids=["momentum", "nesterov_wd"])
+def test_sgd_momentum_step_over_2convs_is_9_kernels(options):
+  """Issue 28: the reference's 9. The velocity starts as the constant 0, so the first step realizes it as the
+  gradient (plus weight decay) it equals: one kernel for it and one for the parameter's update, per parameter."""
+  layers = [nn.Conv2d(3, 16, 3, bias=False), nn.Conv2d(16, 32, 2, bias=False)]
+  assert _sgd_step_kernels(layers, Tensor.empty(2, 3, 4, 4), **options) == 9
+
+
 @pytest.mark.parametrize("wd", [0.0, 0.05])
 def test_adam_and_adamw_match_numpy(wd):
   make = (lambda p: Adam(p, lr=0.01)) if wd == 0 else (lambda p: AdamW(p, lr=0.01, weight_decay=wd))
