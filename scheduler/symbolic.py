@@ -272,12 +272,39 @@ def _combine_terms(x: UOp):
     else:
       base, c = _term_coeff(t)
       coeffs[base] = coeffs.get(base, 0) + c
+  _rejoin_quotient_and_remainder(coeffs)
   new_terms = [b * c if c != 1 else b for b, c in coeffs.items() if c != 0]
   if const != 0 or not new_terms: new_terms.append(UOp.const(x.dtype, const))
   if len(new_terms) == len(terms) and all(a is b for a, b in zip(new_terms, terms)): return None
   ret = new_terms[0]
   for t in new_terms[1:]: ret = UOp(Ops.ADD, x.dtype, (ret, t))
   return ret if ret is not x else None
+
+
+def _rejoin_quotient_and_remainder(coeffs: dict) -> None:
+  """k*((x//c)*c) + k*(x%c) is k*x: C's truncating division and its remainder always add back up."""
+  for base in [b for b in coeffs if b.op is Ops.MOD and b.src[1].op is Ops.CONST and b.src[1].arg != 0]:
+    x, c = base.src
+    quotient = next((q for q in coeffs if q.op is Ops.IDIV and q.src[0] is x and q.src[1] is c), None)
+    if quotient is None or coeffs.get(base, 0) == 0 or coeffs[quotient] != coeffs[base] * c.arg: continue
+    coeffs[x] = coeffs.get(x, 0) + coeffs[base]
+    coeffs[base] = coeffs[quotient] = 0
+
+
+def _common_factor(terms: list[UOp]) -> int:
+  """The gcd of the terms' constant coefficients (a constant term counts with its value)."""
+  return math.gcd(*(t.arg if t.op is Ops.CONST else _term_coeff(t)[1] for t in terms))
+
+
+def _divide_terms(terms: list[UOp], g: int) -> UOp:
+  """The sum of terms, each coefficient divided by g (which divides them all)."""
+  out = []
+  for t in terms:
+    if t.op is Ops.CONST: out.append(t.const_like(t.arg // g))
+    else:
+      base, k = _term_coeff(t)
+      out.append(base if k // g == 1 else base * (k // g))
+  return _sum(out, terms[0].dtype)
 
 
 def _div_fold(x: UOp, c: UOp):
@@ -296,7 +323,10 @@ def _div_fold(x: UOp, c: UOp):
   if not quo or len(quo) == 1 and quo[0].op is Ops.CONST and quo[0].arg == 0 and len(rem) == len(terms): return None
   rem_sum = _sum(rem, x.dtype)
   if rem_sum.vmin < 0: return None
-  rest = rem_sum // c if rem_sum.vmax >= c.arg else None
+  rest = None
+  if rem_sum.vmax >= c.arg:   # the rest and the divisor share a factor g: (g*r) // (g*d) is r // d for r >= 0
+    g = math.gcd(_common_factor(rem), c.arg) if rem else 1
+    rest = _divide_terms(rem, g) // (c.arg // g) if g > 1 else rem_sum // c
   out = _sum(quo + ([rest] if rest is not None else []), x.dtype)
   return out
 
@@ -341,16 +371,65 @@ def _fold_constant_products(root: UOp) -> Optional[UOp]:
 
 
 def _fold_by_constant_divisor(root: UOp) -> Optional[UOp]:
-  divisor = root.src[1]
-  if divisor.op is not Ops.CONST: return None
-  return (_div_fold if root.op is Ops.IDIV else _mod_fold)(root.src[0], divisor)
+  dividend, divisor = root.src
+  if divisor.op is not Ops.CONST:
+    if root.op is Ops.IDIV and dtypes.is_int(root.dtype) and dividend.op is Ops.MUL and divisor in dividend.src \
+        and (divisor.vmin > 0 or divisor.vmax < 0) and not _reads_memory(dividend):   # (x*y)//y is x where y != 0
+      return dividend.src[0] if dividend.src[1] is divisor else dividend.src[1]
+    return None
+  if dtypes.is_int(root.dtype) and isinstance(divisor.arg, int) and divisor.arg < 0:
+    # C's division truncates toward zero: x // -c is -(x // c), and the remainder keeps the dividend's sign
+    positive = divisor.const_like(-divisor.arg)
+    return -(dividend // positive) if root.op is Ops.IDIV else dividend % positive
+  return (_div_fold if root.op is Ops.IDIV else _mod_fold)(dividend, divisor)
+
+
+def _reads_memory(x: UOp) -> bool:
+  """Loaded values can wrap around in their dtype, where moving terms across a comparison is not exact."""
+  return any(s.op in {Ops.LOAD, Ops.INDEX} for s in x.toposort)
 
 
 def _fold_max_by_range(a: UOp, b: UOp) -> Optional[UOp]:
-  """max(a, b) is a when a's range lies above b's (and b when below): bounds of closed-form counts fold away."""
-  if any(s.op in {Ops.LOAD, Ops.INDEX} for x in (a, b) for s in x.toposort): return None
+  """max(a, b) is a when a's range lies above b's (and b when below), or when a - b, its like terms combined, can
+  not be negative (max(x + y, x) with y >= 0): bounds of closed-form counts fold away."""
+  if _reads_memory(a) or _reads_memory(b): return None
   if a.vmin >= b.vmax: return a
   if b.vmin >= a.vmax: return b
+  difference = _combine_terms(a + b * -1)
+  if difference is None: return None
+  if difference.vmin >= 0: return a
+  if difference.vmax <= 0: return b
+  return None
+
+
+def _fold_comparison(lhs: UOp, rhs: UOp) -> Optional[UOp]:
+  """sum < c over ints, made smaller: the constant moves to the right ((x + 2) < 5 is x < 3), a factor common to
+  every coefficient divides out (4*x < 9 is x < 3), and terms whose sum stays in [0, g) drop when g divides both
+  the other coefficients and c ((4*x + y) < 8 is x < 2 for 0 <= y < 4)."""
+  if rhs.op is not Ops.CONST or not isinstance(rhs.arg, int) or not dtypes.is_int(lhs.dtype) or _reads_memory(lhs):
+    return None
+  terms, bound = _split_terms(lhs), rhs.arg
+  constants = [t for t in terms if t.op is Ops.CONST]
+  if constants and len(constants) < len(terms):
+    return _sum([t for t in terms if t.op is not Ops.CONST], lhs.dtype) < bound - sum(t.arg for t in constants)
+  if constants: return None
+  if len(terms) == 1 and _term_coeff(terms[0])[1] == -1: return (-bound) < _term_coeff(terms[0])[0]   # -x < c
+  g = _common_factor(terms)
+  if g > 1: return _divide_terms(terms, g) < -((-bound) // g)   # ceil(bound / g)
+  for g in sorted({abs(_term_coeff(t)[1]) for t in terms}, reverse=True):
+    if g < 2 or bound % g: continue
+    multiples = [t for t in terms if _term_coeff(t)[1] % g == 0]
+    rest = _sum([t for t in terms if _term_coeff(t)[1] % g], lhs.dtype)
+    if len(multiples) < len(terms) and rest.vmin >= 0 and rest.vmax < g:
+      return _divide_terms(multiples, g) < bound // g
+  return None
+
+
+def _fold_where(root: UOp) -> Optional[UOp]:
+  """where(c, x, y) is x or y when c is a constant, and x when both branches are the same node."""
+  condition, if_true, if_false = root.src
+  if if_true is if_false: return if_true
+  if condition.op is Ops.CONST: return if_true if condition.arg else if_false
   return None
 
 
@@ -366,6 +445,8 @@ def _index_folds(root: UOp) -> Optional[UOp]:
   if root.op is Ops.ADD and (out := _combine_terms(root)) is not None: return out
   if root.op in (Ops.IDIV, Ops.MOD) and (out := _fold_by_constant_divisor(root)) is not None: return out
   if root.op is Ops.MAX and dtypes.is_int(root.dtype) and (out := _fold_max_by_range(*root.src)) is not None: return out
+  if root.op is Ops.CMPLT and (out := _fold_comparison(*root.src)) is not None: return out
+  if root.op is Ops.WHERE: return _fold_where(root)
   if root.op in GroupOp.Commutative: return _constant_to_the_right(root)
   return None
 

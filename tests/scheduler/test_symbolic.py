@@ -12,13 +12,24 @@ VARS = [Variable("a", 0, 7), Variable("b", -3, 5), Variable("c", 1, 12)]
 def expr(draw, depth=0):
   if depth > 3 or draw(st.integers(0, 3)) == 0:
     return draw(st.sampled_from(VARS)) if draw(st.booleans()) else UOp.const(dtypes.int32, draw(st.integers(-6, 9)))
-  op = draw(st.sampled_from(["add", "mul", "div", "mod", "max", "lt"]))
+  op = draw(st.sampled_from(["add", "mul", "div", "mod", "max", "lt", "lt_const", "quotient_remainder", "div_self",
+                               "lt_scaled"]))
   a = draw(expr(depth + 1))
+  nonzero = st.integers(-6, 6).filter(bool)
   if op == "add": return a + draw(expr(depth + 1))
   if op == "mul": return a * draw(st.integers(-3, 5))
-  if op == "div": return a // draw(st.integers(1, 6))
-  if op == "mod": return a % draw(st.integers(1, 6))
+  if op == "div": return a // draw(nonzero)
+  if op == "mod": return a % draw(nonzero)
   if op == "max": return a.maximum(draw(expr(depth + 1)))
+  if op == "lt_const":
+    return (a < draw(st.integers(-20, 40))).where(draw(expr(depth + 1)), UOp.const(dtypes.int32, 3))
+  if op == "quotient_remainder":
+    c, k = draw(nonzero), draw(st.integers(-3, 3))
+    return (a // c) * (c * k) + (a % c) * k + draw(expr(depth + 1))
+  if op == "div_self": return (a * VARS[2]) // VARS[2]
+  if op == "lt_scaled":   # a valid check of a padded or split axis: (g*x + r) < g*k with r often in [0, g]
+    g, rest = draw(st.integers(2, 6)), draw(st.sampled_from([VARS[0] % draw(st.integers(2, 7)), VARS[1], VARS[2]]))
+    return (a * g + rest < g * draw(st.integers(-2, 8))).where(a, UOp.const(dtypes.int32, 3))
   return (a < draw(expr(depth + 1))).where(a, UOp.const(dtypes.int32, 3))
 
 
@@ -33,7 +44,7 @@ def evaluate(u: UOp, env: dict) -> int:
           or s[1]}[u.op]()
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(expr(), st.data())
 def test_simplify_keeps_value_and_bounds_hold(e, data):
   simple = e.simplify()
@@ -71,3 +82,28 @@ def test_bind_and_unbind():
   import pytest
   with pytest.raises(ValueError, match="out of range"): a.bind(11)
   with pytest.raises(ValueError, match="integer bounds"): Variable("x", 5, 2)
+
+
+def test_issue_28_folds():
+  """Division and modulo of sums with coefficients, comparisons with a common factor, max and where by value range:
+  each of these index forms shrinks to the simpler one (the property test above checks they keep their values)."""
+  a, x, y = Variable("a", 0, 7), Variable("x", 0, 9), Variable("y", 0, 3)
+  z = Variable("z", 1, 5)
+  folds = {
+    (a * 4 + y * 6) // 4: "(a+((y*3)//2))",     # the rest and the divisor share 2
+    (a * 2) // -2: "(a*-1)",
+    (a * z) // z: "a",
+    (a // 2) * 2 + a % 2: "a",
+    (a // 3) * 6 + (a % 3) * 2 + 1: "((a*2)+1)",
+    a * 4 < 9: "(a<3)",
+    a * 2 + 4 < 10: "(a<3)",
+    x * 12 + y * 8 < 20: "(((x*3)+(y*2))<5)",
+    x * 4 + y < 8: "(x<2)",                        # 0 <= y < 4
+    a * -1 < -3: "(3<a)",
+    (a * 2).maximum(a): "(a*2)",
+    (a + y).maximum(a): "(a+y)",
+    (a < 10).where(x, y): "x",
+    (a < x).where(y, y): "y",
+  }
+  for expression, simplest in folds.items(): assert expression.simplify().render() == simplest
+  assert (x * 4 + Variable("w", 0, 4) < 8).simplify().render() == "(((x*4)+w)<8)"   # w reaches 4: kept
