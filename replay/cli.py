@@ -119,6 +119,21 @@ def show(s: Session, capture_id, replay_id, why, why_base, statuses, view_kinds,
 
 
 @cli.command()
+@click.argument("capture_id", type=int)
+@click.option("--base", default=None, help="The base revision (default: the base of the capture's last replay).")
+@click.option("--budget", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Seconds to spend shrinking; the best graph found by then is kept.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for the pytest file (default: `reduced/` beside the database).")
+@options("rtol", "atol")
+@click.pass_obj
+def reduce(s: Session, capture_id, base, budget, out_dir, rtol, atol):
+  """Shrink a capture that differs at the base to a small graph that still differs, and write it as a standalone
+  pytest file that fails with the working tree and passes at the base."""
+  click.echo(s.reduce(s.capture_row(capture_id), base, budget, out_dir, Policy(rtol=rtol, atol=atol).tolerances()))
+
+
+@cli.command()
 @options("replay_id", "fmt")
 @click.option("--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write to this file instead of stdout.")

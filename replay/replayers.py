@@ -92,6 +92,22 @@ RUNNERS = {"schedule": run_schedule_capture, "kernel": run_kernel_capture, "exec
 COMPARE = {"schedule": compare_schedule, "kernel": compare_kernel, "exec": compare_exec}
 
 
+def evaluate(kind: str, input_data: bytes, flags: dict[str, int]) -> dict:
+  """Run a graph that is not a capture (a candidate of `replay reduce`) and return what it gave, for the harness to
+  compare across trees: {status: ok, result: base64 of the payload} or {status: error, reason, error_type}. An exec
+  graph gives its outputs, a schedule graph the text of its kernels."""
+  import base64
+  from replay.compare import ast_text
+  try:
+    inp = load_payload(input_data)
+    with _flag_context(flags):
+      if kind == "exec": result: dict = {"outputs": run_exec_capture(inp)["outputs"]}
+      else: result = {"kernels": [ast_text(a) for a in run_schedule_capture(inp)["asts"]]}
+    return {"status": "ok", "result": base64.b64encode(serialize.dumps(result)).decode()}
+  except Exception as e:
+    return {"status": "error", "reason": f"{type(e).__name__}: {e}"[:2000], "error_type": type(e).__name__}
+
+
 def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str, int],
                tolerances: Optional[dict] = None,
                names: Optional[list] = None, trace: bool = False, shared: Optional[dict[str, bytes]] = None) -> dict:

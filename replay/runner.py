@@ -95,6 +95,15 @@ class _Worker:
                                       len(header)) + header + input_data + output_data + b"".join(shared.values()))
     self.proc.stdin.flush()
 
+  def send_graph(self, kind: str, payload: bytes, flags: dict, timeout: float) -> None:
+    """A graph to run and return the result of, not to compare (`replay reduce`'s candidates)."""
+    header = json.dumps({"capture_id": 0, "kind": kind, "flags": flags, "evaluate": True, "input_len": len(payload),
+                         "output_len": 0}).encode()
+    self.task, self.deadline = {"id": 0, "kind": kind}, time.monotonic() + timeout
+    assert self.proc.stdin is not None
+    self.proc.stdin.write(struct.pack(">I", len(header)) + header + payload)
+    self.proc.stdin.flush()
+
   def messages(self) -> list[dict]:
     """Complete messages read so far (call when stdout is readable); raises EOFError when the worker is gone."""
     assert self.proc.stdout is not None

@@ -428,12 +428,7 @@ class Session:
       raise UsageMistake(f"--why explains schedules: capture {cap['id']} is a {cap['kind']} capture (pick the schedule "
                          f"or exec capture at "
                          "the same location)")
-    if base is None:
-      last = store.last_outcome(cap["id"])
-      row = store.replay(last["replay_id"]) if last else None
-      base = row.get("base_commit") if row else None
-      if not base:
-        raise UsageMistake(f"capture {cap['id']} was never replayed against a base revision; give one with --base")
+    base = base or self._last_base(cap)
     root, sha = resolve(base)
     traces = []
     for path in (overlay(sha, root), str(revisions.project_root())):
@@ -639,6 +634,42 @@ class Session:
       for path in fuzzing.save_programs(differing, pathlib.Path(save_dir)): self.log(f"replay fuzz: saved {path}")
       if not differing: self.log("replay fuzz: no program differs; nothing saved")
     return summary
+
+  def reduce(self, cap: dict, base: Optional[str], budget: float, out_dir: Optional[str],
+             tolerances: Optional[dict] = None) -> str:
+    """Shrink a capture that differs at `base` (default: the base of its last replay) to a small graph that still
+    differs, and write it as a pytest file checked with both trees; the text says what came out."""
+    from replay import reduce as rd, sut
+    base = base or self._last_base(cap)
+    root, sha = resolve(base)
+    paths = {"base": [overlay(sha, root)], "current": [str(revisions.project_root())]}
+    self.log(f"replay reduce: capture {cap['id']} against {base} ({sha[:10]}), budget {budget:g} s")
+    try: reduction = rd.reduce_capture(self.store(), cap, paths, budget, tolerances, self.log)
+    except rd.ReduceError as e: raise ReplayError(f"cannot reduce capture {cap['id']}: {e}") from None
+    contract = sut.contract()
+    folder = pathlib.Path(out_dir) if out_dir else pathlib.Path(self.store().path).resolve().parent / "reduced"
+    lines = [f"capture {cap['id']} [{cap['kind']}] {rpt.clean(cap['name'])} @ {rpt.clean(cap['location'])}: "
+             f"{reduction.original_size} nodes -> {reduction.size} in {reduction.seconds:.1f} s "
+             f"({reduction.evaluations} candidates run on both trees)", *("  " + p for p in reduction.passes),
+             "", "difference on the reduced graph:", rpt.clean(reduction.difference), "",
+             "reduced graph:", rd.graph_text(reduction.graph), ""]
+    try: path, prog = rd.write_test(reduction, contract, folder, f"{base} {sha[:10]}", tolerances,
+                                    json.loads(cap["flags"] or "{}"))
+    except ValueError as e: return "\n".join(lines + [f"(no test file: {e})"])
+    verdict = rd.verify_test(path, paths)
+    lines += ["program:", *("  " + line for line in prog["lines"]), "",
+              f"wrote {path}: {len(prog['lines'])} lines of Tensor code"
+              + (f" ({prog['uop_nodes']} nodes in UOp form)" if prog["uop_nodes"] else ""),
+              f"  with the base: {'passes' if verdict['base'] else 'FAILS'}; with the working tree: "
+              f"{'fails' if not verdict['current'] else 'PASSES (the file does not show the difference)'}"]
+    return "\n".join(lines)
+
+  def _last_base(self, cap: dict) -> str:
+    last = self.store().last_outcome(cap["id"])
+    row = self.store().replay(last["replay_id"]) if last else None
+    if not (row and row.get("base_commit")):
+      raise UsageMistake(f"capture {cap['id']} was never replayed against a base revision; give one with --base")
+    return row["base_commit"]
 
   # ***** housekeeping *****
 

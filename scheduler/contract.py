@@ -206,3 +206,12 @@ def traced_rules() -> Iterator[list]:
   finally:
     for where, node, result in ops.tracked_rewrites.pop()[1]:
       found.append((str(where[0]), int(where[1]), str(where[2]) if len(where) > 2 else "", node, result))
+
+
+# ***** reducing a graph (`replay reduce`) *****
+
+def reduction():
+  """The primitives that cut a graph down and write it as a program (`scheduler/reproducer.py`): cut_points,
+  as_input, bypasses, outputs, with_outputs, substitute, size, program."""
+  from scheduler import reproducer
+  return reproducer

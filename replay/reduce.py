@@ -1,0 +1,355 @@
+"""`replay reduce`: shrink a capture whose replay at a base differs into a small graph that still differs, and write it
+as a standalone pytest file.
+
+Sits beside the runner: the capture is loaded in this process (through the contract), candidates are built here with
+the contract's reduction primitives, and every candidate runs in two isolated workers, one on the base and one on the
+working tree (`replay/worker.py`'s evaluate mode). A candidate is kept when the two trees still differ the same way:
+outputs that mismatch (exec captures) or kernels that differ (schedule captures). The passes, in order: keep one
+output, replace subgraphs by inputs that hold their values at the base (delta debugging over the cut points, upstream
+first), skip nodes whose source can stand in their place. The result is checked once more as a pytest file run with
+each tree.
+"""
+from __future__ import annotations
+import base64, os, pathlib, selectors, subprocess, sys, tempfile, time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+import numpy as np
+from replay import buffers, serialize, sut
+from replay.compare import DEFAULT_TOLERANCES, ast_text, compare_exec
+
+INLINE_ELEMENTS = 64       # inputs and expected outputs up to this size are written into the test file
+VALUE_CHUNK = 64           # cut-point values are computed this many nodes at a time
+
+
+class ReduceError(Exception):
+  """The capture cannot be reduced (wrong kind, no difference to keep, a tree that cannot run it); says why."""
+
+
+# ***** two trees side by side *****
+
+class Trees:
+  """Two persistent workers, one per tree, that run candidate graphs; a worker that dies or hangs is restarted and
+  its answer is an error."""
+  def __init__(self, paths: dict[str, list[str]], memory_mb: int = 8192):
+    self.paths, self.memory_mb = paths, memory_mb
+    self.workers = {name: self._start(name) for name in paths}
+
+  def _start(self, name: str):
+    from replay.runner import _Worker
+    w = _Worker(self.paths[name], {"REPLAY_WORKER_MEMORY_MB": str(self.memory_mb)})
+    answers = self._wait({name: w}, time.monotonic() + 120)
+    if not answers.get(name, {}).get("ready"):
+      w.kill()
+      raise ReduceError(f"the {name} tree's worker did not start: {answers.get(name, {}).get('reason', '')}")
+    return w
+
+  def _wait(self, workers: dict, deadline: float) -> dict[str, dict]:
+    """The next message of each worker, or an error for one that died or passed the deadline."""
+    answers: dict[str, dict] = {}
+    sel = selectors.DefaultSelector()
+    for name, w in workers.items(): sel.register(w.proc.stdout, selectors.EVENT_READ, name)
+    try:
+      while len(answers) < len(workers):
+        left = deadline - time.monotonic()
+        if left <= 0:
+          for name in workers:
+            answers.setdefault(name, {"status": "error", "reason": "timed out", "error_type": "Timeout"})
+          break
+        for key, _ in sel.select(timeout=min(left, 1.0)):
+          name = key.data
+          try: messages = workers[name].messages()
+          except EOFError:
+            messages = [{"status": "error", "reason": workers[name].death_reason(), "error_type": "WorkerDied"}]
+          if messages and name not in answers:
+            answers[name] = messages[0]
+            sel.unregister(key.fileobj)
+    finally: sel.close()
+    return answers
+
+  def run(self, kind: str, payload: bytes, flags: dict, timeout: float, names=None) -> dict[str, dict]:
+    """The result of one graph on each tree (or the named ones), run at the same time."""
+    chosen = {name: self.workers[name] for name in (names or self.workers)}
+    for w in chosen.values():
+      try: w.send_graph(kind, payload, flags, timeout)
+      except BrokenPipeError: pass   # died before: read() reports it
+    answers = self._wait(chosen, time.monotonic() + timeout)
+    for name, answer in answers.items():
+      if answer.get("error_type") in ("Timeout", "WorkerDied"):
+        self.workers[name].kill()
+        self.workers[name] = self._start(name)
+      elif answer.get("status") == "ok": answer["value"] = serialize.loads(base64.b64decode(answer.pop("result")))
+    return answers
+
+  def close(self) -> None:
+    for w in self.workers.values(): w.kill()
+
+
+# ***** the reduction *****
+
+@dataclass
+class Reduction:
+  capture: dict
+  kind: str
+  graph: Any
+  original_size: int
+  size: int = 0
+  evaluations: int = 0
+  seconds: float = 0.0
+  base: dict = field(default_factory=dict)      # the base tree's result on the reduced graph
+  current: dict = field(default_factory=dict)   # the working tree's
+  difference: str = ""
+  passes: list[str] = field(default_factory=list)
+
+
+def differs(kind: str, answers: dict[str, dict], tolerances: Optional[dict]) -> Optional[str]:
+  """How the working tree's result differs from the base's, or None when it does not (or either failed)."""
+  base, current = answers.get("base", {}), answers.get("current", {})
+  if base.get("status") != "ok" or current.get("status") != "ok": return None
+  if kind == "exec":
+    result = compare_exec(current["value"], base["value"], tolerances)
+    return result.diff if result.status == "mismatch" else None
+  b, c = base["value"]["kernels"], current["value"]["kernels"]
+  if b == c: return None
+  return f"{len(b)} kernels at the base, {len(c)} with the working tree" if len(b) != len(c) else \
+    f"kernel {next(i for i, (x, y) in enumerate(zip(b, c)) if x != y)} differs"
+
+
+class Reducer:
+  """Delta debugging of one capture's graph within a time budget (`budget` seconds)."""
+  def __init__(self, contract, trees: Trees, kind: str, flags: dict, tolerances: Optional[dict], budget: float,
+               log: Callable[[str], None]):
+    self.contract, self.prims, self.trees = contract, contract.reduction(), trees
+    self.kind, self.flags, self.tolerances, self.log = kind, flags, tolerances, log
+    self.deadline = time.monotonic() + budget
+    self.timeout = 30.0
+    self.evaluations = 0
+    self.answers: dict = {}   # the last candidate's results
+    self.last: dict = {}      # the last candidate's that kept the difference
+
+  def payload(self, graph) -> bytes:
+    contents = {u: read() for u, _, _, _, read in self.contract.graph_buffers(graph)}
+    with self.contract.without_pickled_buffers(): return serialize.dumps({"graph": graph, "buffers": contents})
+
+  def check(self, graph) -> Optional[str]:
+    """The difference this graph shows between the trees, or None."""
+    self.evaluations += 1
+    answers = self.answers = self.trees.run(self.kind, self.payload(graph), self.flags, self.timeout)
+    difference = differs(self.kind, answers, self.tolerances)
+    if difference is not None: self.last = {**answers, "difference": difference}
+    return difference
+
+  def time_left(self) -> bool: return time.monotonic() < self.deadline
+
+  def start(self, graph) -> str:
+    t0 = time.monotonic()
+    difference = self.check(graph)
+    if difference is None:
+      base, current = (self._said(self.answers.get(n, {})) for n in ("base", "current"))
+      raise ReduceError("the capture does not differ between the base and the working tree when its graph runs "
+                        f"again (base: {base}; working tree: {current}); a difference made above the captured graph "
+                        "(the frontend built another graph) shows in the end-to-end rerun, not here")
+    # a candidate may take a few times as long as the whole capture (compiling new kernels), not minutes
+    self.timeout = max(10.0, 5 * (time.monotonic() - t0))
+    return difference
+
+  @staticmethod
+  def _said(answer: dict) -> str:
+    return "ran" if answer.get("status") == "ok" else f"{answer.get('status')} {answer.get('reason', '')}".strip()
+
+  # ----- passes -----
+
+  def one_output(self, graph):
+    outs = self.prims.outputs(graph)
+    if len(outs) < 2: return graph
+    for out in outs:
+      if not self.time_left(): break
+      candidate = self.prims.with_outputs(graph, [out])
+      if self.check(candidate) is not None: return candidate
+    return graph
+
+  def base_values(self, nodes: list) -> dict:
+    """The value of each node at the base (nodes whose value cannot be computed are left out)."""
+    values: dict = {}
+    for k in range(0, len(nodes), VALUE_CHUNK):
+      if not self.time_left(): break
+      chunk = nodes[k:k + VALUE_CHUNK]
+      payload = self.payload(self.prims.with_outputs(None, chunk))
+      answer = self.trees.run("exec", payload, self.flags, self.timeout * 4, names=["base"])["base"]
+      if answer.get("status") == "ok": values.update(zip(chunk, answer["value"]["outputs"]))
+    return values
+
+  def cut(self, graph):
+    """Replace subgraphs by inputs holding their base values: chunks of cut points, upstream first, halving the chunk
+    size when no chunk keeps the difference (ddmin)."""
+    values = self.base_values(self.prims.cut_points(graph))
+    inputs: dict = {}
+
+    def input_of(node):
+      if node not in inputs: inputs[node] = self.prims.as_input(node, values[node])
+      return inputs[node]
+    points = [p for p in self.prims.cut_points(graph) if p in values]
+    n = 2
+    while len(points) > 0 and self.time_left():
+      size = -(-len(points) // n)
+      chunks = [points[k:k + size] for k in range(0, len(points), size)]
+      for chunk in chunks:
+        if not self.time_left(): break
+        candidate = self.prims.substitute(graph, {p: input_of(p) for p in chunk})
+        if candidate is graph: continue
+        if self.check(candidate) is not None:
+          graph = candidate
+          points = [p for p in self.prims.cut_points(graph) if p in values]
+          n = max(n - 1, 2)
+          break
+      else:
+        if size == 1: break
+        n = min(len(points), n * 2)
+    return graph
+
+  def bypass(self, graph):
+    """Let a node's source stand in its place, one node at a time, while that keeps the difference."""
+    tried: set = set()
+    progress = True
+    while progress and self.time_left():
+      progress = False
+      for node, source in self.prims.bypasses(graph):
+        if (node, source) in tried or not self.time_left(): continue
+        tried.add((node, source))
+        candidate = self.prims.substitute(graph, {node: source})
+        if candidate is not graph and self.check(candidate) is not None:
+          graph, progress = candidate, True
+          break
+    return graph
+
+  def run(self, graph, reduction: Reduction) -> Reduction:
+    t0 = time.monotonic()
+    self.start(graph)
+    steps = [("outputs", self.one_output), ("cut", self.cut), ("bypass", self.bypass)]
+    while steps and self.time_left():
+      start = self.prims.size(graph)
+      for name, step in steps:
+        before = self.prims.size(graph)
+        graph = step(graph)
+        if (after := self.prims.size(graph)) < before: reduction.passes.append(f"{name}: {before} -> {after} nodes")
+      if self.prims.size(graph) == start: break
+      steps = steps[1:]   # cuts and bypasses open each other up: again, until neither shrinks the graph
+    if self.check(graph) is None: raise ReduceError("the reduced graph lost the difference (a nondeterministic one?)")
+    reduction.graph, reduction.size = graph, self.prims.size(graph)
+    reduction.evaluations, reduction.seconds = self.evaluations, time.monotonic() - t0
+    reduction.base, reduction.current = self.last["base"], self.last["current"]
+    reduction.difference = self.last["difference"]
+    return reduction
+
+
+# ***** loading a capture *****
+
+def load_capture(store, cap: dict, contract, tmpdir: str):
+  """The capture's graph with its input buffers filled in this process."""
+  if cap["kind"] == "kernel":
+    raise ReduceError(f"capture {cap['id']} is a kernel capture: reduce the schedule or exec capture at the same "
+                      f"location ({cap['location']}), whose graph made the kernel")
+  try:
+    inp = serialize.loads(store.get_blob(cap["input_sha"]))
+    graph = serialize.loads(inp["graph_pickle"]) if "graph_pickle" in inp else inp["graph"]
+    shared = store.shared_blobs(cap["id"]) if cap["kind"] == "exec" else {}
+    contents = inp.get("buffers") or {}
+    return contract.fresh_buffers(graph, contents, lambda entry, n: buffers.decode(entry, shared, n), tmpdir)
+  except Exception as e:
+    raise ReduceError(f"cannot load capture {cap['id']} with the working tree: {type(e).__name__}: {e}") from None
+
+
+# ***** the pytest file *****
+
+def _array_source(array: np.ndarray) -> str:
+  dtype = np.asarray(array).dtype
+  values = np.asarray(array).reshape(-1).tolist()
+  return f"np.array({values!r}, dtype=np.{dtype.name}).reshape({tuple(np.shape(array))!r})".replace("nan", "np.nan") \
+    .replace("inf", "np.inf")
+
+
+def write_test(reduction: Reduction, contract, out_dir: pathlib.Path, base_label: str,
+               tolerances: Optional[dict], flags: dict) -> tuple[pathlib.Path, dict]:
+  """The pytest file of the reduced graph (and `.npy` files of its large arrays): fails with the working tree, passes
+  at the base. Returns its path and the program the contract wrote."""
+  prog = contract.reduction().program(reduction.graph)
+  cid = reduction.capture["id"]
+  stem = f"test_reduce_{cid}"
+  out_dir.mkdir(parents=True, exist_ok=True)
+
+  def array_expr(name: str, array: np.ndarray) -> str:
+    if np.asarray(array).size <= INLINE_ELEMENTS and np.asarray(array).dtype.kind in "biuf":
+      return _array_source(array)
+    path = out_dir / f"{stem}.{name}.npy"
+    np.save(path, np.asarray(array))
+    return f"np.load(HERE / {path.name!r})"
+  body = [f"  {name} = Tensor({array_expr(name, array)}, device={device!r}, dtype={dtype}).realize()"
+          for name, array, device, dtype in prog["inputs"]]
+  body += [f"  {line}" for line in prog["lines"]]
+  body.append(f"  outs = [{', '.join(prog['outputs'])}]")
+  if reduction.kind == "exec":
+    expected = reduction.base["value"]["outputs"]
+    body.append("  Tensor.realize(*outs)")
+    body.append("  expected = [" + ", ".join(array_expr(f"expected{i}", e) for i, e in enumerate(expected)) + "]")
+    tol = {**DEFAULT_TOLERANCES, **(tolerances or {})}
+    body.append(f"  tolerances = {tol!r}")
+    body.append("  for out, want in zip(outs, expected):")
+    body.append("    rtol, atol = tolerances.get(want.dtype.name, (0, 0))")
+    body.append("    np.testing.assert_allclose(out.numpy(), want, rtol=rtol, atol=atol, equal_nan=True)")
+  else:
+    body.append("  from scheduler.contract import schedule")
+    body.append("  kernels = schedule(UOp(Ops.SINK, dtypes.void, tuple(o.lazydata for o in outs)))[0]")
+    body.append(f"  assert len(kernels) == {len(reduction.base['value']['kernels'])}")
+  first = reduction.difference.splitlines()[0] if reduction.difference else ""
+  name = reduction.capture["name"] if len(reduction.capture["name"]) < 60 else reduction.capture["name"][:57] + "..."
+  doc = (f'"""Reproducer of capture {cid} ({reduction.capture["kind"]} {name}), written by `replay reduce`.\n'
+         f'Captured at {reduction.capture["location"]}.\n\n'
+         f"Passes at the base ({base_label}); the working tree it was reduced with differs: {first}\n"
+         f'{reduction.original_size} graph nodes reduced to {reduction.size}.\n"""')
+  defaults = contract.flag_defaults()
+  changed = {k: v for k, v in flags.items()
+             if k in defaults and defaults[k] != v and k not in serialize.NON_COMPILER_FLAGS}
+  env = [f"os.environ.update({ {k: str(v) for k, v in changed.items()}!r})   # the capture's flags"] if changed else []
+  imports = [i for i in prog["imports"] if prog["uop_nodes"] or reduction.kind == "schedule" or
+             not i.startswith(("from scheduler.ops", "from scheduler.shape"))]
+  text = "\n".join([doc, "import os", *env, *imports, "import pathlib", "", "HERE = pathlib.Path(__file__).parent",
+                    "", "",
+                    "def test_reproducer():", *body]) + "\n"
+  path = out_dir / f"{stem}.py"
+  path.write_text(text)
+  return path, prog
+
+
+def verify_test(path: pathlib.Path, paths: dict[str, list[str]]) -> dict[str, bool]:
+  """Whether the test passes with each tree (run with pytest, each with that tree's packages on the path)."""
+  procs = {}
+  for name, python_path in paths.items():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "CAPTURE_PROCESS_REPLAY": "0"}
+    env.pop("PYTEST_ADDOPTS", None)
+    procs[name] = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                                    "no:randomly", str(path.name)], cwd=str(path.parent), env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  return {name: p.wait() == 0 for name, p in procs.items()}
+
+
+def graph_text(graph) -> str: return ast_text(graph)
+
+
+def reduce_capture(store, cap: dict, paths: dict[str, list[str]], budget: float, tolerances: Optional[dict],
+                   log: Callable[[str], None]) -> Reduction:
+  """Reduce one capture: `paths` holds the python path of the "base" and the "current" tree."""
+  if cap["kind"] not in ("exec", "schedule"):
+    raise ReduceError(f"capture {cap['id']} is a {cap['kind']} capture: reduce the schedule or exec capture at the "
+                      f"same location ({cap['location']})")
+  try: contract = sut.contract()
+  except sut.NoContract as e: raise ReduceError(str(e)) from None
+  if not hasattr(contract, "reduction"):
+    raise ReduceError(f"the system under test's contract ({sut.contract_name()}) has no reduction primitives")
+  import json
+  flags = json.loads(cap["flags"] or "{}")
+  with tempfile.TemporaryDirectory(prefix="replay-reduce-") as tmp:
+    with contract.flags_applied(flags):
+      graph = load_capture(store, cap, contract, tmp)
+      reduction = Reduction(cap, cap["kind"], graph, contract.reduction().size(graph))
+      trees = Trees(paths)
+      try: return Reducer(contract, trees, cap["kind"], flags, tolerances, budget, log).run(graph, reduction)
+      finally: trees.close()

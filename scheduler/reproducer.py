@@ -1,0 +1,209 @@
+"""Cutting a tensor graph down and writing it back as a program: the compiler's half of `replay reduce`.
+
+The harness (`replay/reduce.py`) reaches this module only through the contract. It asks which nodes of a captured
+graph can stand as inputs (`cut_points`), turns a node into an input that holds given values (`as_input`), asks which
+nodes can be skipped (`bypasses`), and finally asks for the reduced graph as Python (`program`): Tensor API calls where
+a call builds exactly the node (checked by building it: UOps are hash-consed, so the same structure is the same
+object), a `UOp(...)` expression where none does.
+"""
+from __future__ import annotations
+import math
+from typing import Any, Optional
+import numpy as np
+from scheduler.dtype import dtypes, DType
+from scheduler.ops import UOp, Ops
+
+# nodes that are not values of their own: they carry a device, storage, a view of nothing or the graph's outputs
+_STRUCTURE = {Ops.SINK, Ops.DEVICE, Ops.BUFFER}
+# nodes whose value a cut would not make simpler to read or that have effects beyond their value
+_NOT_CUT = _STRUCTURE | {Ops.CONST, Ops.ASSIGN, Ops.DEFINE_VAR, Ops.BIND}
+
+
+def _concrete_shape(u: UOp) -> Optional[tuple]:
+  try: shape = u.shape if u.st is not None else None
+  except Exception: return None
+  return tuple(shape) if shape is not None and all(isinstance(d, int) for d in shape) else None
+
+
+def is_input(u: UOp) -> bool:
+  """A realized buffer seen whole as a tensor: VIEW(BUFFER) of its size, contiguous."""
+  if not (u.op is Ops.VIEW and len(u.src) == 1 and u.src[0].op is Ops.BUFFER): return False
+  view = u.arg.views[-1] if len(u.arg.views) == 1 else None
+  return view is not None and view.contiguous and view.offset == 0 and u.arg.size == u.src[0].size
+
+
+def _reads_buffers(graph: UOp) -> set:
+  """Nodes that depend on some buffer (the rest are constants and their views)."""
+  reading: set = set()
+  for u in graph.toposort:
+    if u.op is Ops.BUFFER or any(s in reading for s in u.src): reading.add(u)
+  return reading
+
+
+def cut_points(graph: UOp) -> list:
+  """Nodes that can be replaced by an input holding their value, sources first: computed, of a concrete shape on one
+  plain device, depending on some buffer."""
+  reading = _reads_buffers(graph)
+  out = []
+  for u in graph.toposort:
+    if u.op in _NOT_CUT or u.dtype == dtypes.void or is_input(u) or u not in reading: continue
+    if _concrete_shape(u) is None or not isinstance(getattr(u, "device", None), str): continue
+    if u.device.startswith("DISK"): continue
+    out.append(u)
+  return out
+
+
+def as_input(node: UOp, value: np.ndarray) -> UOp:
+  """A realized buffer in the node's place holding `value` (the node's shape, dtype and device)."""
+  from scheduler.tensor import Tensor
+  shape = _concrete_shape(node) or ()
+  data = np.ascontiguousarray(np.asarray(value)).reshape(shape)
+  return Tensor(data, device=node.device, dtype=node.dtype).realize().lazydata
+
+
+def bypasses(graph: UOp) -> list[tuple]:
+  """(node, source) pairs where the source could stand in the node's place: same shape, dtype and device."""
+  out = []
+  for u in graph.toposort:
+    if u.op in _NOT_CUT or is_input(u) or u.op is Ops.VIEW: continue
+    shape = _concrete_shape(u)
+    if shape is None: continue
+    for s in u.src:
+      if s.dtype == u.dtype and s.op not in _STRUCTURE and _concrete_shape(s) == shape and \
+         getattr(s, "device", None) == getattr(u, "device", None):
+        out.append((u, s))
+        break
+  return out
+
+
+def outputs(graph: UOp) -> tuple: return graph.src
+
+
+def with_outputs(graph: UOp, outs) -> UOp: return UOp(Ops.SINK, dtypes.void, tuple(outs))
+
+
+def substitute(graph: UOp, mapping: dict) -> UOp: return graph.substitute(mapping) if mapping else graph
+
+
+def size(graph: UOp) -> int: return len(graph.toposort)
+
+
+# ***** the graph as a program *****
+
+def _literal(x: Any) -> str:
+  """Python source that evaluates to `x` under the program's imports (floats that repr cannot write, Ops, dtypes,
+  views)."""
+  if isinstance(x, float):
+    if math.isnan(x): return "math.nan"
+    if math.isinf(x): return "math.inf" if x > 0 else "-math.inf"
+    return repr(x)
+  if isinstance(x, tuple): return "(" + ", ".join(_literal(e) for e in x) + ("," if len(x) == 1 else "") + ")"
+  if isinstance(x, list): return "[" + ", ".join(_literal(e) for e in x) + "]"
+  if isinstance(x, DType): return repr(x)
+  return repr(x)
+
+
+_BINARY = {Ops.ADD: "{0} + {1}", Ops.MUL: "{0} * {1}", Ops.IDIV: "{0} // {1}", Ops.MOD: "{0} % {1}",
+           Ops.MAX: "{0}.maximum({1})", Ops.CMPLT: "{0} < {1}", Ops.CMPNE: "{0} != {1}", Ops.AND: "{0} & {1}",
+           Ops.OR: "{0} | {1}", Ops.XOR: "{0} ^ {1}", Ops.SHL: "{0} << {1}", Ops.SHR: "{0} >> {1}"}
+_UNARY = {Ops.EXP2: "{0}.exp2()", Ops.LOG2: "{0}.log2()", Ops.SIN: "{0}.sin()", Ops.SQRT: "{0}.sqrt()",
+          Ops.RECIP: "{0}.reciprocal()", Ops.NEG: "-{0}", Ops.CONTIGUOUS: "{0}.contiguous()",
+          Ops.DETACH: "{0}.detach()"}
+_REDUCE = {Ops.ADD: "sum", Ops.MAX: "max", Ops.MUL: "prod"}
+
+
+def _scalar_constant(u: UOp) -> Optional[Any]:
+  """The value of a constant broadcast by reshapes and expands (how `x * 2` carries its 2), else None."""
+  while u.op in (Ops.RESHAPE, Ops.EXPAND): u = u.src[0]
+  if u.op is Ops.CONST and u.src and _concrete_shape(u.src[0]) == (): return u.arg
+  return None
+
+
+def _method_forms(u: UOp, names: list[str]) -> list[str]:
+  """Tensor expressions that may build `u` from its sources' variables (each is checked before it is used)."""
+  op, arg = u.op, u.arg
+  if op is Ops.CONST and u.src and u.src[0].op is Ops.VIEW and u.src[0].src and u.src[0].src[0].op is Ops.DEVICE:
+    device = u.src[0].src[0].arg
+    shape = _concrete_shape(u.src[0])
+    if shape == (): return [f"Tensor({_literal(arg)}, dtype={u.dtype!r}, device={device!r})"]
+    return [f"Tensor.full({shape!r}, {_literal(arg)}, dtype={u.dtype!r}, device={device!r})"]
+  if any(n is None for n in names): return []
+  a = names[0] if names else ""
+  if op is Ops.FLIP: return [f"{a}.flip({tuple(i for i, f in enumerate(arg) if f)!r})"]
+  if op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK):
+    return [f"{a}.{op.name.lower()}({_literal(arg)})"]
+  if op in _BINARY and len(names) == 2:
+    consts = [_scalar_constant(s) for s in u.src]
+    literal = [n if c is None else _literal(c) for n, c in zip(names, consts)]
+    return ([_BINARY[op].format(*literal)] if literal != names and consts[0] is None else []) + \
+      [_BINARY[op].format(*names)]
+  if op in _UNARY and len(names) == 1: return [_UNARY[op].format(*names)]
+  if op is Ops.WHERE: return [f"{names[0]}.where({names[1]}, {names[2]})"]
+  if op in (Ops.CAST, Ops.BITCAST): return [f"{a}.{op.name.lower()}({u.dtype!r})"]
+  if op is Ops.COPY: return [f"{a}.to({u.device!r})"]
+  if op is Ops.ASSIGN: return [f"{names[0]}.assign({names[1]})"]
+  if op is Ops.REDUCE_AXIS and arg[0] in _REDUCE:
+    return [f"{a}.{_REDUCE[arg[0]]}({_literal(tuple(arg[1]))}, keepdim=True)"]
+  return []
+
+
+def _uop_form(u: UOp, names: dict) -> str:
+  """`UOp(...)` source for a node; sources with a variable are that variable's graph."""
+  srcs = [f"{names[s]}.lazydata" if names.get(s) else _uop_form(s, names) for s in u.src]
+  return f"UOp(Ops.{u.op.name}, {u.dtype!r}, ({', '.join(srcs)}{',' if len(srcs) == 1 else ''}), {_literal(u.arg)})"
+
+
+PROGRAM_IMPORTS = ("import math", "import numpy as np", "from scheduler.tensor import Tensor",
+                   "from scheduler.dtype import dtypes", "from scheduler.ops import UOp, Ops",
+                   "from scheduler.shape.shapetracker import ShapeTracker", "from scheduler.shape.view import View")
+
+
+def _without_unused(lines: list[str], outputs: list[str]) -> list[str]:
+  """Drop lines whose variable nothing later reads (constants a literal replaced); building a node has no effect."""
+  import re
+  needed, kept = set(outputs), []
+  for line in reversed(lines):
+    name, expr = line.split(" = ", 1)
+    if name not in needed: continue
+    kept.append(line)
+    needed |= set(re.findall(r"\b[tx]\d+\b", expr))
+  return kept[::-1]
+
+
+def program(graph: UOp) -> dict:
+  """The graph as Python: {imports, inputs: [(name, array, device, dtype source)], lines, outputs: [names],
+  uop_nodes: how many nodes needed the UOp form}. Each line is checked by running it: it builds the very node."""
+  from scheduler.tensor import Tensor
+  import scheduler.shape.shapetracker as shapetracker_module, scheduler.shape.view as view_module
+  env: dict = {"math": math, "np": np, "Tensor": Tensor, "dtypes": dtypes, "UOp": UOp, "Ops": Ops,
+               "ShapeTracker": shapetracker_module.ShapeTracker, "View": view_module.View}
+  names: dict = {}
+  inputs, lines, uop_nodes = [], [], 0
+  for u in graph.toposort:
+    if u.op in _STRUCTURE or (u.op is Ops.VIEW and u.dtype == dtypes.void): continue
+    if is_input(u):
+      name = f"x{len(inputs)}"
+      inputs.append((name, u.src[0].buffer.numpy().reshape(_concrete_shape(u) or ()), u.device, repr(u.dtype)))
+      names[u] = name
+      env[name] = Tensor(u)   # the check below runs against the graph's own buffers
+      continue
+    name = f"t{len(names) - len(inputs)}"
+    for expr in _method_forms(u, [names.get(s) for s in u.src]) + [f"Tensor({_uop_form(u, names)})"]:
+      try: built = eval(expr, env)
+      except Exception: continue
+      if built.lazydata is u:
+        if expr.startswith("Tensor(UOp("): uop_nodes += 1
+        env[name], names[u] = built, name
+        lines.append(f"{name} = {expr}")
+        break
+    else: raise ValueError(f"cannot write {u.op.name} {u.dtype!r} as Python")
+  lines, outs = _renumbered(_without_unused(lines, [names[s] for s in graph.src]), [names[s] for s in graph.src])
+  return {"imports": PROGRAM_IMPORTS, "inputs": inputs, "lines": lines, "outputs": outs, "uop_nodes": uop_nodes}
+
+
+def _renumbered(lines: list[str], outputs: list[str]) -> tuple[list[str], list[str]]:
+  """Number the variables t0, t1, ... in the order the lines define them."""
+  import re
+  order = {line.split(" = ", 1)[0]: f"t{k}" for k, line in enumerate(lines)}
+  rename = lambda text: re.sub(r"\bt\d+\b", lambda m: order.get(m.group(0), m.group(0)), text)
+  return [rename(line) for line in lines], [rename(o) for o in outputs]
