@@ -1,6 +1,6 @@
 """Mutation benchmark: how many planted compiler bugs does the harness catch, and does it stay quiet on refactors?
 
-    python -m scripts.bench.mutation_bench [--only NAME...] [--gate-args "..."] [--keep]
+    python -m scripts.bench.mutation_bench [--only NAME...] [--gate-args "..."] [--keep] [--reduce]
 
 Clones the committed HEAD into a temporary directory, then for each mutant commits one small edit on top of it and
 runs `replay gate --base <clean commit> <gate args> -- <corpus>` there with a fresh database, exactly as CI would.
@@ -10,6 +10,10 @@ that fails the gate is a false positive. Prints one line per mutant and the rate
 
 The bugs are ours (they span the Tensor frontend, autograd, optimizers, dtype promotion, flags, the scheduler, views,
 symbolic folding, lowering and both runtimes); the harness is not tuned to any outside set.
+
+With `--reduce`, the first capture whose outputs (else kernels) differ is reduced with `replay reduce` (60 s budget)
+for each killed bug, and a table gives the graph's nodes before and after, the lines of the test file, the seconds and
+whether the test fails with the bug and passes at the clean commit.
 """
 from __future__ import annotations
 import argparse, json, os, shlex, subprocess, sys, tempfile, time
@@ -163,7 +167,29 @@ def reported(report: dict) -> bool:
               or report.get("drift") or report.get("slower"))
 
 
-def run_one(clone: str, base: str, mutant: Mutant, gate_args: list[str], corpus: list[str], workdir: str) -> dict:
+def reduce_first(clone: str, base: str, env: dict, report: dict, workdir: str) -> dict:
+  """`replay reduce` of the first differing capture: mismatching outputs first, then changed schedules."""
+  import re
+  outcomes = report.get("outcomes", [])
+  pick = next((o for o in outcomes if o["kind"] == "exec" and o["status"] == "mismatch"), None) or \
+    next((o for o in outcomes if o["kind"] in ("exec", "schedule") and o["status"] == "changed"), None)
+  if pick is None: return {"note": "no exec or schedule capture differs in the replay"}
+  t0 = time.perf_counter()
+  proc = subprocess.run([sys.executable, "-m", "replay", "reduce", str(pick["capture_id"]), "--base", base,
+                         "--budget", "60", "--out", os.path.join(workdir, "reduced")], cwd=clone, env=env,
+                        capture_output=True, text=True)
+  seconds = time.perf_counter() - t0
+  sizes = re.search(r": (\d+) nodes -> (\d+) in", proc.stdout)
+  lines = re.search(r": (\d+) lines of Tensor code", proc.stdout)
+  if proc.returncode != 0 or not sizes:
+    return {"note": (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:100], "seconds": seconds}
+  return {"capture": pick["capture_id"], "status": pick["status"], "original": int(sizes.group(1)),
+          "reduced": int(sizes.group(2)), "lines": int(lines.group(1)) if lines else None, "seconds": seconds,
+          "verified": "with the base: passes; with the working tree: fails" in proc.stdout}
+
+
+def run_one(clone: str, base: str, mutant: Mutant, gate_args: list[str], corpus: list[str], workdir: str,
+            reduce: bool = False) -> dict:
   git(clone, "checkout", "-q", "-B", f"mutant-{mutant.name}", base)
   apply(clone, mutant)
   git(clone, "commit", "-qam", f"mutant {mutant.name}")
@@ -180,8 +206,24 @@ def run_one(clone: str, base: str, mutant: Mutant, gate_args: list[str], corpus:
   try: report = json.loads(rep.stdout)
   except ValueError: report = {}
   verdict = report.get("verdict") or (gate.stdout.strip().splitlines() or ["(no output)"])[-1]
-  return {"name": mutant.name, "where": mutant.where, "equivalent": mutant.equivalent, "exit": gate.returncode,
+  reduced = reduce_first(clone, base, env, report, workdir) if reduce and gate.returncode != 0 else None
+  return {"reduced": reduced, "name": mutant.name, "where": mutant.where, "equivalent": mutant.equivalent, "exit": gate.returncode,
           "reported": reported(report) or gate.returncode != 0, "seconds": seconds, "verdict": verdict}
+
+
+def print_reductions(results: list[dict]) -> None:
+  done = [r for r in results if r.get("reduced")]
+  print(f"\n{'bug':<32} {'capture':>8} {'nodes':>6} {'reduced':>8} {'lines':>6} {'seconds':>8}  test")
+  for r in done:
+    red = r["reduced"]
+    if "reduced" not in red:
+      print(f"{r['name']:<32} {'':>8} {'':>6} {'':>8} {'':>6} {red.get('seconds', 0):8.1f}  {red['note']}")
+      continue
+    print(f"{r['name']:<32} {red['capture']:>8} {red['original']:>6} {red['reduced']:>8} {str(red['lines']):>6} "
+          f"{red['seconds']:8.1f}  {'fails with the bug, passes without' if red['verified'] else 'NOT VERIFIED'}")
+  small = [r for r in done if r["reduced"].get("reduced") is not None and
+           (r["reduced"]["reduced"] <= 15 or (r["reduced"]["lines"] or 99) <= 10) and r["reduced"]["seconds"] <= 60]
+  print(f"{len(small)} of {len(done)} killed bugs reduced to at most 15 nodes or 10 lines within 60 s")
 
 
 def main(argv=None) -> int:
@@ -194,6 +236,7 @@ def main(argv=None) -> int:
                       help="arguments for `python -m scripts.workloads` (default: the whole corpus)")
   parser.add_argument("--list", action="store_true", help="list the mutants and exit")
   parser.add_argument("--keep", action="store_true", help="keep the temporary clone and databases")
+  parser.add_argument("--reduce", action="store_true", help="reduce the first differing capture of each killed bug")
   args = parser.parse_args(argv)
   mutants = [m for m in MUTANTS if not args.only or m.name in args.only]
   if args.list:
@@ -209,7 +252,7 @@ def main(argv=None) -> int:
         f"{args.corpus or '(all)'!r}")
   results = []
   for m in mutants:
-    r = run_one(clone, base, m, shlex.split(args.gate_args), shlex.split(args.corpus), workdir)
+    r = run_one(clone, base, m, shlex.split(args.gate_args), shlex.split(args.corpus), workdir, args.reduce)
     results.append(r)
     tag = ("FALSE POSITIVE" if r["exit"] else "quiet" if not r["reported"] else "reported") if m.equivalent else \
           ("killed" if r["exit"] else "reported" if r["reported"] else "MISSED")
@@ -224,6 +267,7 @@ def main(argv=None) -> int:
   if refactors:
     print(f"refactors: {len(refactors)}; false positives (gate failed) {sum(r['exit'] != 0 for r in refactors)}, "
           f"reported anything {sum(r['reported'] for r in refactors)}")
+  if args.reduce: print_reductions(results)
   if not args.keep: subprocess.run(["rm", "-rf", workdir])
   else: print(f"kept {workdir}")
   return 0
