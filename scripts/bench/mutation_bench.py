@@ -207,8 +207,9 @@ def run_one(clone: str, base: str, mutant: Mutant, gate_args: list[str], corpus:
   except ValueError: report = {}
   verdict = report.get("verdict") or (gate.stdout.strip().splitlines() or ["(no output)"])[-1]
   reduced = reduce_first(clone, base, env, report, workdir) if reduce and gate.returncode != 0 else None
-  return {"reduced": reduced, "name": mutant.name, "where": mutant.where, "equivalent": mutant.equivalent, "exit": gate.returncode,
-          "reported": reported(report) or gate.returncode != 0, "seconds": seconds, "verdict": verdict}
+  return {"name": mutant.name, "where": mutant.where, "equivalent": mutant.equivalent, "exit": gate.returncode,
+          "reported": reported(report) or gate.returncode != 0, "seconds": seconds, "verdict": verdict,
+          "reduced": reduced}
 
 
 def print_reductions(results: list[dict]) -> None:
