@@ -6,7 +6,8 @@ the contract's reduction primitives, and every candidate runs in two isolated wo
 working tree (`replay/worker.py`'s evaluate mode). A candidate is kept when the two trees still differ the same way:
 outputs that mismatch (exec captures) or kernels that differ (schedule captures). The passes, in order: keep one
 output, replace subgraphs by inputs that hold their values at the base (delta debugging over the cut points, upstream
-first), skip nodes whose source can stand in their place. The result is checked once more as a pytest file run with
+first), skip nodes whose source can stand in their place, make the smallest inner node that still differs the output;
+again until none shrinks the graph. The result is checked once more as a pytest file run with
 each tree.
 """
 from __future__ import annotations
@@ -221,10 +222,20 @@ class Reducer:
           break
     return graph
 
+  def new_root(self, graph):
+    """Make a node inside the graph its output: the smallest subgraph that still differs (what a bug's value flows
+    through on its way out, reductions and reshapes the other passes cannot skip, falls away)."""
+    size = self.prims.size(graph)
+    for node in sorted(self.prims.cut_points(graph), key=self.prims.size):
+      if self.prims.size(node) >= size - 1 or not self.time_left(): break
+      candidate = self.prims.with_outputs(graph, [node])
+      if self.check(candidate) is not None: return candidate
+    return graph
+
   def run(self, graph, reduction: Reduction) -> Reduction:
     t0 = time.monotonic()
     self.start(graph)
-    steps = [("outputs", self.one_output), ("cut", self.cut), ("bypass", self.bypass)]
+    steps = [("outputs", self.one_output), ("cut", self.cut), ("bypass", self.bypass), ("root", self.new_root)]
     while steps and self.time_left():
       start = self.prims.size(graph)
       for name, step in steps:

@@ -655,7 +655,8 @@ class Session:
              "reduced graph:", rd.graph_text(reduction.graph), ""]
     try: path, prog = rd.write_test(reduction, contract, folder, f"{base} {sha[:10]}", tolerances,
                                     json.loads(cap["flags"] or "{}"))
-    except ValueError as e: return "\n".join(lines + [f"(no test file: {e})"])
+    except Exception as e:   # the graph is still shown: a program the contract cannot write is not the end
+      return "\n".join(lines + [f"(no test file: {type(e).__name__}: {e})"])
     verdict = rd.verify_test(path, paths)
     lines += ["program:", *("  " + line for line in prog["lines"]), "",
               f"wrote {path}: {len(prog['lines'])} lines of Tensor code"

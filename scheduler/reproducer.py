@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 import numpy as np
-from scheduler.dtype import dtypes, DType
+from scheduler.dtype import dtypes, DType, to_np_dtype
 from scheduler.ops import UOp, Ops
 
 # nodes that are not values of their own: they carry a device, storage, a view of nothing or the graph's outputs
@@ -179,11 +179,16 @@ def program(graph: UOp) -> dict:
                "ShapeTracker": shapetracker_module.ShapeTracker, "View": view_module.View}
   names: dict = {}
   inputs, lines, uop_nodes = [], [], 0
+  # a realized tensor is VIEW(BUFFER), or the BUFFER itself where its view is the plain one of its size
+  bare = {s for u in graph.toposort for s in u.src if s.op is Ops.BUFFER and u.op not in _STRUCTURE and not is_input(u)}
   for u in graph.toposort:
-    if u.op in _STRUCTURE or (u.op is Ops.VIEW and u.dtype == dtypes.void): continue
-    if is_input(u):
+    if (u.op in _STRUCTURE and u not in bare) or (u.op is Ops.VIEW and u.dtype == dtypes.void): continue
+    if is_input(u) or u in bare:
       name = f"x{len(inputs)}"
-      inputs.append((name, u.src[0].buffer.numpy().reshape(_concrete_shape(u) or ()), u.device, repr(u.dtype)))
+      buffer = u if u.op is Ops.BUFFER else u.src[0]
+      # a schedule's graph was captured without contents: its kernels do not depend on them
+      data = buffer.buffer.numpy() if buffer.realized is not None else np.zeros(buffer.size, to_np_dtype(u.dtype))
+      inputs.append((name, data.reshape(_concrete_shape(u) or (buffer.size,)), u.device, repr(u.dtype)))
       names[u] = name
       env[name] = Tensor(u)   # the check below runs against the graph's own buffers
       continue

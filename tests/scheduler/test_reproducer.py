@@ -1,0 +1,66 @@
+"""The compiler's half of `replay reduce` (scheduler/reproducer.py): cut points, inputs in a node's place, bypasses, and
+the graph written back as a program that builds the same values, checked against running the graph itself."""
+import numpy as np
+from scheduler import Tensor, dtypes
+from scheduler.ops import UOp, Ops
+from scheduler import reproducer
+
+
+def _graph():
+  a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4)).realize()
+  b = Tensor(np.linspace(-1, 1, 4, dtype=np.float32)).realize()
+  out = ((a * 2 + b).exp().sum(axis=1) < 30).where(a.max(axis=1), -a.max(axis=1)).pad(((1, 2),)).flip(0)
+  return out.lazydata.sink(), out
+
+
+def _run(prog: dict):
+  """Run a program the way its test file does: its inputs as realized tensors, then its lines."""
+  import math
+  from scheduler.shape.shapetracker import ShapeTracker
+  from scheduler.shape.view import View
+  env = {"math": math, "np": np, "Tensor": Tensor, "dtypes": dtypes, "UOp": UOp, "Ops": Ops,
+         "ShapeTracker": ShapeTracker, "View": View}
+  for name, array, device, dtype in prog["inputs"]:
+    env[name] = Tensor(np.array(array), device=device, dtype=eval(dtype, env)).realize()
+  for line in prog["lines"]: exec(line, env)
+  return [env[name].numpy() for name in prog["outputs"]]
+
+
+def test_the_program_computes_what_the_graph_computes_with_tensor_calls():
+  graph, out = _graph()
+  prog = reproducer.program(graph)
+  assert prog["uop_nodes"] == 0 and len(prog["inputs"]) == 2
+  # constants broadcast into a binary op are written as literals: no line builds them
+  assert any(line.endswith("* 2.0") for line in prog["lines"]) and not any("Tensor(2.0" in l for l in prog["lines"])
+  assert [l.split(" = ")[0] for l in prog["lines"]] == [f"t{k}" for k in range(len(prog["lines"]))]
+  np.testing.assert_allclose(_run(prog)[0], out.numpy(), rtol=1e-6)
+
+
+def test_a_node_no_tensor_call_builds_is_written_as_a_uop():
+  a = Tensor(np.array([1.5, -2.0, 3.0], dtype=np.float32)).realize()
+  neg = UOp(Ops.NEG, dtypes.float, (a.lazydata,))   # Tensor's negation multiplies by -1: no call builds NEG
+  graph = UOp(Ops.SINK, dtypes.void, (neg,))
+  prog = reproducer.program(graph)
+  assert prog["uop_nodes"] == 1 and "UOp(Ops.NEG, dtypes.float, (x0.lazydata,), None)" in prog["lines"][0]
+  np.testing.assert_array_equal(_run(prog)[0], np.array([-1.5, 2.0, -3.0], dtype=np.float32))
+
+
+def test_cut_points_are_computed_nodes_and_an_input_takes_a_nodes_place():
+  graph, out = _graph()
+  points = reproducer.cut_points(graph)
+  assert points and all(p.op not in (Ops.BUFFER, Ops.CONST, Ops.DEVICE) and not reproducer.is_input(p) for p in points)
+  assert not any(p.op is Ops.EXPAND and p.src[0].src[0].op is Ops.CONST for p in points)   # constants stay
+  first = points[0]
+  value = Tensor(first).numpy()
+  cut = reproducer.substitute(graph, {first: reproducer.as_input(first, value)})
+  assert reproducer.size(cut) < reproducer.size(graph)
+  np.testing.assert_allclose(Tensor(cut.src[0]).numpy(), out.numpy(), rtol=1e-6)
+
+
+def test_bypasses_pair_a_node_with_a_source_of_its_shape_and_dtype():
+  graph, _ = _graph()
+  for node, source in reproducer.bypasses(graph):
+    assert source in node.src and source.shape == node.shape and source.dtype == node.dtype
+  assert any(node.op is Ops.WHERE for node, _ in reproducer.bypasses(graph))
+  one = reproducer.with_outputs(graph, reproducer.outputs(graph)[:1])
+  assert one.op is Ops.SINK and one.src == graph.src[:1]
