@@ -340,6 +340,15 @@ def _more(s: Summary, shown_groups: int) -> Optional[str]:
           f"`replay report --all` shows every one (--status, --kind, --location select)")
 
 
+def reduce_command(s: Summary, group: list[dict]) -> Optional[str]:
+  """The `replay reduce` command for a group whose first capture's outputs mismatch (or schedule changed) at the
+  replay's base: the way from the group to a small standalone test."""
+  first, base = group[0], s.replay.get("base_commit")
+  if not base or not ((first["kind"] == "exec" and first["status"] == "mismatch")
+                      or (first["kind"] == "schedule" and first["status"] == "changed")): return None
+  return f"replay reduce {first['capture_id']} --base {clean(str(base))[:12]}"
+
+
 def render_group(group: list[dict], max_lines: Optional[int] = 40) -> str:
   """One group of identical differences as text: its heading, then its detail (cut after `max_lines`)."""
   lines = _shown_detail(group[0]).splitlines()
@@ -356,6 +365,7 @@ def render_text(s: Summary, max_diffs: int = 10, max_lines: int = 40) -> str:
   for group in groups:
     out.append("\n" + render_group(group, None if s.show_all else max_lines))
     if (why := s.explanations.get(group[0]["capture_id"])): out.append("why: " + clean(why))
+    if (command := reduce_command(s, group)): out.append(f"reduce to a standalone test: {command}")
   if (more := _more(s, len(groups))): out.append("\n" + more)
   out.append("\n" + s.verdict()[1])
   return "\n".join(out)
@@ -367,8 +377,10 @@ def render_markdown(s: Summary, max_diffs: int = 10) -> str:
   if s.summary_lines() or s.hotspots(): out += [f"- {esc(n)}" for n in s.summary_lines() + s.hotspots()] + [""]
   groups = s.groups() if s.show_all else s.groups()[:max_diffs]
   for group in groups:
+    command = reduce_command(s, group)
     out += [f"<details><summary><b>{esc(_status(group[0]))}</b> {esc(_group_heading(group))}</summary>", "",
-            *_fenced(_shown_detail(group[0]), "diff"), "</details>", ""]
+            *_fenced(_shown_detail(group[0]), "diff"), *([f"Reduce it to a standalone test: `{command}`"]
+                                                          if command else []), "</details>", ""]
   if (more := _more(s, len(groups))): out += [esc(more), ""]
   out.append(f"**{s.verdict()[1]}**")
   return "\n".join(out)
@@ -493,6 +505,8 @@ def render_html(s: Summary) -> str:
                + (f" &times;{len(group)}" if len(group) > 1 else "") + f" <small>{esc(first['location'])}</small></li>")
     why = s.explanations.get(first["capture_id"])
     why_html = f"<h4>why</h4><pre class='why'>{esc(why)}</pre>" if why else ""
+    if (command := reduce_command(s, group)):
+      why_html += f"<p class='reduce'>Reduce it to a standalone test: <code>{esc(command)}</code></p>"
     sections.append(f"<section id='{anchor}' "
                     f"class='{esc(first['status'])}'><h3>{esc(_group_heading(group))}</h3>{why_html}"
                     f"{_detail_html(first)}</section>")

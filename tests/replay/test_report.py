@@ -140,3 +140,14 @@ def test_a_real_browser_sees_the_structure_and_nothing_injected(tmp_path):
   assert toc_links == ["#" + s for s in sections] and len(sections) == 5
   assert sum(1 for t, a in tags if t == "table" and "diff" in a.get("class", "")) >= 3
   assert "pwned" not in dom.title
+
+
+def test_each_mismatch_and_changed_schedule_group_offers_the_reduce_command():
+  s = sample()
+  command = "replay reduce 4 --base abc"
+  assert f"reduce to a standalone test: {command}" in rpt.render_text(s)
+  assert "replay reduce 1 --base abc" in rpt.render_text(s)          # the changed schedule group
+  assert "replay reduce 5" not in rpt.render_text(s)                 # kernels are reduced through their schedule
+  assert f"`{command}`" in rpt.render_markdown(s) and f"<code>{command}</code>" in rpt.render_html(s)
+  against_the_tree = rpt.Summary({"id": 2, "capture_run_id": 1, "base_ref": None, "base_commit": None}, s.outcomes)
+  assert "replay reduce" not in rpt.render_text(against_the_tree)    # `replay run`: there is no base to reduce against
