@@ -69,12 +69,17 @@ def run(s: Session, shard, fmt, output, **kw):
               help="Also run the captured commands again with the base (and once more with the current tree, "
               "to tell nondeterminism from regressions) and compare the runs: catches frontend, autograd and "
               "flag-default changes.")
+@click.option("--reduce", "reduce_budget", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="Then reduce the first capture of each group that mismatches (or whose schedule changed) to a "
+              "standalone test, within this many seconds in total (`replay reduce`).")
 @options(*SELECTION, "shard", *POLICY, "fmt", "output")
 @click.pass_obj
-def diff(s: Session, base, merge_base, rerun, shard, fmt, output, **kw):
+def diff(s: Session, base, merge_base, rerun, reduce_budget, shard, fmt, output, **kw):
   """Replay captures with the compiler of another revision; base is `-`, captured is `+` in the diffs."""
-  summary = s.diff(base, merge_base, Policy(**split(kw, POLICY)), rerun, shard, **kw)
+  policy = Policy(**split(kw, POLICY))
+  summary = s.diff(base, merge_base, policy, rerun, shard, **kw)
   echo_report(rpt.render(summary, fmt), fmt, output=output)
+  if reduce_budget: s.reduce_groups(summary, reduce_budget, policy.tolerances())
   sys.exit(summary.verdict()[0])
 
 

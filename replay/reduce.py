@@ -356,9 +356,10 @@ def reduce_capture(store, cap: dict, paths: dict[str, list[str]], budget: float,
   if not hasattr(contract, "reduction"):
     raise ReduceError(f"the system under test's contract ({sut.contract_name()}) has no reduction primitives")
   import json
-  flags = json.loads(cap["flags"] or "{}")
+  flags = {k: v for k, v in json.loads(cap["flags"] or "{}").items() if k not in serialize.NON_COMPILER_FLAGS}
   with tempfile.TemporaryDirectory(prefix="replay-reduce-") as tmp:
-    with contract.flags_applied(flags):
+    # the graph is cut down in this process: nothing it builds or realizes here is captured
+    with contract.flags_applied({**flags, "CAPTURE_PROCESS_REPLAY": 0}):
       graph = load_capture(store, cap, contract, tmp)
       reduction = Reduction(cap, cap["kind"], graph, contract.reduction().size(graph))
       trees = Trees(paths)

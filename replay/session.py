@@ -665,6 +665,20 @@ class Session:
               f"{'fails' if not verdict['current'] else 'PASSES (the file does not show the difference)'}"]
     return "\n".join(lines)
 
+  def reduce_groups(self, summary: rpt.Summary, budget: float, tolerances: Optional[dict] = None) -> None:
+    """`diff --reduce`: the first capture of each group `replay reduce` applies to, reduced within `budget` seconds in
+    total (shared evenly by the groups left); each result goes to the log."""
+    groups = [g for g in summary.groups() if rpt.reduce_command(summary, g)]
+    deadline = time.monotonic() + budget
+    for k, group in enumerate(groups):
+      left = deadline - time.monotonic()
+      if left < 1:
+        self.log(f"replay reduce: the budget is spent; {len(groups) - k} groups not reduced")
+        break
+      cap = self.capture_row(group[0]["capture_id"])
+      try: self.log(self.reduce(cap, summary.replay["base_commit"], left / (len(groups) - k), None, tolerances))
+      except ReplayError as e: self.log(f"replay reduce: {e}")
+
   def _last_base(self, cap: dict) -> str:
     last = self.store().last_outcome(cap["id"])
     row = self.store().replay(last["replay_id"]) if last else None

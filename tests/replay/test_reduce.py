@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from replay import reduce as rd, serialize, sut
 from replay.compare import ast_text
+from db import Store
 from scheduler import Tensor
 from scheduler.device import find_c_compiler
 from tests.replay.conftest import cli, capture_workloads, commit_on_a, edit, NO_REALIZE_EXPAND
@@ -127,6 +128,7 @@ def _reduce_planted(repo, tmp_path, branch, change, workload, kind, status):
   run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file.name], cwd=out,
                        env=env, capture_output=True, text=True, timeout=300)
   assert run.returncode == 1, run.stdout
+  assert len(Store(str(db)).runs()) == 1   # reducing, and the test file's runs, captured nothing into the database
   return before, after, test_file.read_text()
 
 
@@ -152,6 +154,10 @@ def test_a_fusion_rule_change_reduces_to_a_schedule_with_other_kernels(repo, tmp
   before, after, text = _reduce_planted(repo, tmp_path, "reduce-fusion", NO_REALIZE_EXPAND, "ref_expand_of_expr",
                                         "schedule", "changed")
   assert after <= before and "assert len(kernels) ==" in text
+  # `diff --reduce` reduces the first capture of each such group, within its budget
+  proc = cli("diff", "--base", "main", "--reduce", "60", db=tmp_path / "reduce-fusion.db", cwd=repo)
+  assert "replay reduce: capture" in proc.stderr and "with the base: passes; with the working tree: fails" in \
+    proc.stderr, proc.stderr
 
 
 def test_a_kernel_capture_is_refused_with_a_pointer_to_its_schedule(replay_db):
