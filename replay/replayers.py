@@ -102,7 +102,9 @@ def evaluate(kind: str, input_data: bytes, flags: dict[str, int]) -> dict:
     inp = load_payload(input_data)
     with _flag_context(flags):
       if kind == "exec": result: dict = {"outputs": run_exec_capture(inp)["outputs"]}
-      else: result = {"kernels": [ast_text(a) for a in run_schedule_capture(inp)["asts"]]}
+      else:
+        asts = run_schedule_capture(inp)["asts"]
+        result = {"kernels": [ast_text(a) for a in asts], "names": [_contract().kernel_name(a) for a in asts]}
     return {"status": "ok", "result": base64.b64encode(serialize.dumps(result)).decode()}
   except Exception as e:
     return {"status": "error", "reason": f"{type(e).__name__}: {e}"[:2000], "error_type": type(e).__name__}

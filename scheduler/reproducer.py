@@ -1,10 +1,10 @@
 """Cutting a tensor graph down and writing it back as a program: the compiler's half of `replay reduce`.
 
 The harness (`replay/reduce.py`) reaches this module only through the contract. It asks which nodes of a captured
-graph can stand as inputs (`cut_points`), turns a node into an input that holds given values (`as_input`), asks which
-nodes can be skipped (`bypasses`), and finally asks for the reduced graph as Python (`program`): Tensor API calls where
-a call builds exactly the node (checked by building it: UOps are hash-consed, so the same structure is the same
-object), a `UOp(...)` expression where none does.
+graph can stand as inputs (`cut_points`), turns a node into an input that holds given values (`as_input`), gives an
+input simpler values (`refilled`), asks which nodes can be skipped (`bypasses`), and finally asks for the reduced
+graph as Python (`program`): Tensor API calls where a call builds exactly the node (checked by building it: UOps are
+hash-consed, so the same structure is the same object), a `UOp(...)` expression where none does.
 """
 from __future__ import annotations
 import math
@@ -59,6 +59,15 @@ def as_input(node: UOp, value: np.ndarray) -> UOp:
   shape = _concrete_shape(node) or ()
   data = np.ascontiguousarray(np.asarray(value)).reshape(shape)
   return Tensor(data, device=node.device, dtype=node.dtype).realize().lazydata
+
+
+def refilled(buffer: UOp, value: np.ndarray) -> UOp:
+  """A new realized buffer like `buffer` (size, dtype, device) holding `value`."""
+  from scheduler.tensor import Tensor
+  new = Tensor(np.ascontiguousarray(np.asarray(value)).reshape(-1), device=buffer.device, dtype=buffer.dtype)
+  new = new.realize().lazydata
+  assert new.op is Ops.BUFFER, new.op
+  return new
 
 
 def bypasses(graph: UOp) -> list[tuple]:
