@@ -659,7 +659,7 @@ class Session:
       return "\n".join(lines + [f"(no test file: {type(e).__name__}: {e})"])
     verdict = rd.verify_test(path, paths)
     lines += ["program:", *("  " + line for line in prog["lines"]), "",
-              f"wrote {path}: {len(prog['lines'])} lines of Tensor code"
+              f"wrote {path}: {len(prog['lines'])} line{'s' if len(prog['lines']) != 1 else ''} of Tensor code"
               + (f" ({prog['uop_nodes']} nodes in UOp form)" if prog["uop_nodes"] else ""),
               f"  with the base: {'passes' if verdict['base'] else 'FAILS'}; with the working tree: "
               f"{'fails' if not verdict['current'] else 'PASSES (the file does not show the difference)'}"]

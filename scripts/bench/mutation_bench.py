@@ -180,7 +180,7 @@ def reduce_first(clone: str, base: str, env: dict, report: dict, workdir: str) -
                         capture_output=True, text=True)
   seconds = time.perf_counter() - t0
   sizes = re.search(r": (\d+) nodes -> (\d+) in", proc.stdout)
-  lines = re.search(r": (\d+) lines of Tensor code", proc.stdout)
+  lines = re.search(r": (\d+) lines? of Tensor code", proc.stdout)
   if proc.returncode != 0 or not sizes:
     return {"note": (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:100], "seconds": seconds}
   return {"capture": pick["capture_id"], "status": pick["status"], "original": int(sizes.group(1)),
