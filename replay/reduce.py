@@ -20,6 +20,7 @@ from replay.compare import DEFAULT_TOLERANCES, ast_text, compare_exec
 
 INLINE_ELEMENTS = 64       # inputs and expected outputs up to this size are written into the test file
 VALUE_CHUNK = 64           # cut-point values are computed this many nodes at a time
+ROOT_SCAN = 40             # up to this many candidate roots are tried one by one, smallest first; more are bisected
 
 
 class ReduceError(Exception):
@@ -226,8 +227,17 @@ class Reducer:
     """Make a node inside the graph its output: the smallest subgraph that still differs (what a bug's value flows
     through on its way out, reductions and reshapes the other passes cannot skip, falls away)."""
     size = self.prims.size(graph)
-    for node in sorted(self.prims.cut_points(graph), key=self.prims.size):
-      if self.prims.size(node) >= size - 1 or not self.time_left(): break
+    nodes = [n for n in sorted(self.prims.cut_points(graph), key=self.prims.size) if self.prims.size(n) < size - 1]
+    if len(nodes) > ROOT_SCAN:
+      # many candidates: bisect by size (a value that differs usually makes every larger one on its path differ)
+      low, high, best = 0, len(nodes) - 1, None
+      while low <= high and self.time_left():
+        mid = (low + high) // 2
+        if self.check(self.prims.with_outputs(graph, [nodes[mid]])) is not None: best, high = mid, mid - 1
+        else: low = mid + 1
+      return self.prims.with_outputs(graph, [nodes[best]]) if best is not None else graph
+    for node in nodes:
+      if not self.time_left(): break
       candidate = self.prims.with_outputs(graph, [node])
       if self.check(candidate) is not None: return candidate
     return graph
@@ -248,7 +258,8 @@ class Reducer:
   def run(self, graph, reduction: Reduction) -> Reduction:
     t0 = time.monotonic()
     self.start(graph)
-    steps = [("outputs", self.one_output), ("cut", self.cut), ("bypass", self.bypass), ("root", self.new_root)]
+    steps = [("outputs", self.one_output), ("root", self.new_root), ("cut", self.cut), ("bypass", self.bypass),
+             ("root", self.new_root)]
     while steps and self.time_left():
       start = self.prims.size(graph)
       for name, step in steps:

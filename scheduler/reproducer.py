@@ -199,10 +199,11 @@ def program(graph: UOp) -> dict:
       data = buffer.buffer.numpy() if buffer.realized is not None else np.zeros(buffer.size, to_np_dtype(u.dtype))
       inputs.append((name, data.reshape(_concrete_shape(u) or (buffer.size,)), u.device, repr(u.dtype)))
       names[u] = name
-      env[name] = Tensor(u)   # the check below runs against the graph's own buffers
+      env[name] = Tensor(u, device=u.device)   # the check below runs against the graph's own buffers
       continue
     name = f"t{len(names) - len(inputs)}"
-    for expr in _method_forms(u, [names.get(s) for s in u.src]) + [f"Tensor({_uop_form(u, names)})"]:
+    device = f", device={u.device!r}" if isinstance(getattr(u, "device", None), str) else ""
+    for expr in _method_forms(u, [names.get(s) for s in u.src]) + [f"Tensor({_uop_form(u, names)}{device})"]:
       try: built = eval(expr, env)
       except Exception: continue
       if built.lazydata is u:

@@ -1,14 +1,15 @@
 """The compiler's half of `replay reduce` (scheduler/reproducer.py): cut points, inputs in a node's place, bypasses, and
 the graph written back as a program that builds the same values, checked against running the graph itself."""
 import numpy as np
+import pytest
 from scheduler import Tensor, dtypes
 from scheduler.ops import UOp, Ops
 from scheduler import reproducer
 
 
-def _graph():
-  a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4)).realize()
-  b = Tensor(np.linspace(-1, 1, 4, dtype=np.float32)).realize()
+def _graph(device="CPU"):
+  a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device).realize()
+  b = Tensor(np.linspace(-1, 1, 4, dtype=np.float32), device=device).realize()
   out = ((a * 2 + b).exp().sum(axis=1) < 30).where(a.max(axis=1), -a.max(axis=1)).pad(((1, 2),)).flip(0)
   return out.lazydata.sink(), out
 
@@ -26,8 +27,9 @@ def _run(prog: dict):
   return [env[name].numpy() for name in prog["outputs"]]
 
 
-def test_the_program_computes_what_the_graph_computes_with_tensor_calls():
-  graph, out = _graph()
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_the_program_computes_what_the_graph_computes_with_tensor_calls(device):
+  graph, out = _graph(device)
   prog = reproducer.program(graph)
   assert prog["uop_nodes"] == 0 and len(prog["inputs"]) == 2
   # constants broadcast into a binary op are written as literals: no line builds them
