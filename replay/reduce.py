@@ -149,7 +149,8 @@ class Reducer:
       base, current = (self._said(self.answers.get(n, {})) for n in ("base", "current"))
       raise ReduceError("the capture does not differ between the base and the working tree when its graph runs "
                         f"again (base: {base}; working tree: {current}); a difference made above the captured graph "
-                        "(the frontend built another graph) shows in the end-to-end rerun, not here")
+                        "(the frontend built another graph, a flag default differs, the captured run's buffers were "
+                        "views the replay does not rebuild) shows in the end-to-end rerun, not here")
     # a candidate may take a few times as long as the whole capture (compiling new kernels), not minutes
     self.timeout = max(10.0, 5 * (time.monotonic() - t0))
     return difference
