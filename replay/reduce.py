@@ -408,7 +408,11 @@ def reduce_capture(store, cap: dict, paths: dict[str, list[str]], budget: float,
   if not hasattr(contract, "reduction"):
     raise ReduceError(f"the system under test's contract ({sut.contract_name()}) has no reduction primitives")
   import json
-  flags = {k: v for k, v in json.loads(cap["flags"] or "{}").items() if k not in serialize.NON_COMPILER_FLAGS}
+  # a flag the capture left at the working tree's default runs at each tree's own default: a change of a default is
+  # then a difference between the trees, as it is between the two runs of the program
+  defaults = contract.flag_defaults()
+  flags = {k: v for k, v in json.loads(cap["flags"] or "{}").items()
+           if k not in serialize.NON_COMPILER_FLAGS and defaults.get(k) != v}
   with tempfile.TemporaryDirectory(prefix="replay-reduce-") as tmp:
     # the graph is cut down in this process: nothing it builds or realizes here is captured
     with contract.flags_applied({**flags, "CAPTURE_PROCESS_REPLAY": 0}):

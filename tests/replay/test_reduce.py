@@ -173,6 +173,19 @@ def test_a_fusion_rule_change_reduces_to_a_schedule_with_other_kernels(repo, tmp
     proc.stderr, proc.stderr
 
 
+SPLIT_OFF = ("scheduler/helpers.py", 'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)',
+             'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 0)')
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
+def test_a_changed_flag_default_reduces_with_each_tree_at_its_own_default(repo, tmp_path):
+  # the capture records SPLIT_REDUCEOP=0 (the new default); replayed as recorded, both trees would agree
+  before, after, text = _reduce_planted(repo, tmp_path, "reduce-flag", SPLIT_OFF, "big_reductions", "exec",
+                                        "mismatch")
+  assert after <= 5 < before and ".sum(" in text and "SPLIT_REDUCEOP" not in text
+
+
 def test_a_kernel_capture_is_refused_with_a_pointer_to_its_schedule(replay_db):
   with pytest.raises(rd.ReduceError, match="reduce the schedule or exec capture at the same location"):
     rd.reduce_capture(None, {"id": 3, "kind": "kernel", "location": "w.py:1"}, {}, 1.0, None, print)
