@@ -4,16 +4,16 @@ as a standalone pytest file.
 Sits beside the runner: the capture is loaded in this process (through the contract), candidates are built here with
 the contract's reduction primitives, and every candidate runs in two isolated workers, one on the base and one on the
 working tree (`replay/worker.py`'s evaluate mode). A candidate is kept when the two trees still differ the same way:
-outputs that mismatch (exec captures) or kernels that differ (schedule captures). The passes, in order: keep one
-output, replace subgraphs by inputs that hold their values at the base (delta debugging over the cut points, upstream
-first), skip nodes whose source can stand in their place, make the smallest inner node that still differs the output;
-again until none shrinks the graph. The result is checked once more as a pytest file run with
-each tree.
+outputs that mismatch (exec captures) or kernels that differ (schedule captures). The passes: keep one output, make
+the smallest inner node that still differs the output, replace subgraphs by inputs that hold their values at the
+base (delta debugging over the cut points, upstream first), skip nodes whose source can stand in their place; again
+until none shrinks the graph; then give each input the simplest values that keep the difference. The result is
+checked once more as a pytest file run with each tree.
 """
 from __future__ import annotations
-import base64, os, pathlib, selectors, subprocess, sys, tempfile, time
+import base64, json, os, pathlib, selectors, subprocess, sys, tempfile, time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 import numpy as np
 from replay import buffers, serialize, sut
 from replay.compare import DEFAULT_TOLERANCES, ast_text, compare_exec
@@ -34,16 +34,17 @@ class Trees:
   its answer is an error."""
   def __init__(self, paths: dict[str, list[str]], memory_mb: int = 8192):
     self.paths, self.memory_mb = paths, memory_mb
-    self.workers = {name: self._start(name) for name in paths}
+    self.workers = self._start(list(paths))
 
-  def _start(self, name: str):
+  def _start(self, names: list[str]) -> dict:
+    """New workers for these trees, started together and ready."""
     from replay.runner import _Worker
-    w = _Worker(self.paths[name], {"REPLAY_WORKER_MEMORY_MB": str(self.memory_mb)})
-    answers = self._wait({name: w}, time.monotonic() + 120)
-    if not answers.get(name, {}).get("ready"):
-      w.kill()
-      raise ReduceError(f"the {name} tree's worker did not start: {answers.get(name, {}).get('reason', '')}")
-    return w
+    started = {name: _Worker(self.paths[name], {"REPLAY_WORKER_MEMORY_MB": str(self.memory_mb)}) for name in names}
+    answers = self._wait(started, time.monotonic() + 120)
+    if (failed := [name for name in names if not answers.get(name, {}).get("ready")]):
+      for w in started.values(): w.kill()
+      raise ReduceError(f"the {failed[0]} tree's worker did not start: {answers.get(failed[0], {}).get('reason', '')}")
+    return started
 
   def _wait(self, workers: dict, deadline: float) -> dict[str, dict]:
     """The next message of each worker, or an error for one that died or passed the deadline."""
@@ -78,7 +79,7 @@ class Trees:
     for name, answer in answers.items():
       if answer.get("error_type") in ("Timeout", "WorkerDied"):
         self.workers[name].kill()
-        self.workers[name] = self._start(name)
+        self.workers.update(self._start([name]))
       elif answer.get("status") == "ok": answer["value"] = serialize.loads(base64.b64decode(answer.pop("result")))
     return answers
 
@@ -118,10 +119,9 @@ def differs(kind: str, answers: dict[str, dict], tolerances: Optional[dict]) -> 
 
 class Reducer:
   """Delta debugging of one capture's graph within a time budget (`budget` seconds)."""
-  def __init__(self, contract, trees: Trees, kind: str, flags: dict, tolerances: Optional[dict], budget: float,
-               log: Callable[[str], None]):
+  def __init__(self, contract, trees: Trees, kind: str, flags: dict, tolerances: Optional[dict], budget: float):
     self.contract, self.prims, self.trees = contract, contract.reduction(), trees
-    self.kind, self.flags, self.tolerances, self.log = kind, flags, tolerances, log
+    self.kind, self.flags, self.tolerances = kind, flags, tolerances
     self.deadline = time.monotonic() + budget
     self.timeout = 30.0
     self.evaluations = 0
@@ -397,8 +397,8 @@ def verify_test(path: pathlib.Path, paths: dict[str, list[str]]) -> dict[str, bo
 def graph_text(graph) -> str: return ast_text(graph)
 
 
-def reduce_capture(store, cap: dict, paths: dict[str, list[str]], budget: float, tolerances: Optional[dict],
-                   log: Callable[[str], None]) -> Reduction:
+def reduce_capture(store, cap: dict, paths: dict[str, list[str]], budget: float,
+                   tolerances: Optional[dict]) -> Reduction:
   """Reduce one capture: `paths` holds the python path of the "base" and the "current" tree."""
   if cap["kind"] not in ("exec", "schedule"):
     raise ReduceError(f"capture {cap['id']} is a {cap['kind']} capture: reduce the schedule or exec capture at the "
@@ -407,7 +407,6 @@ def reduce_capture(store, cap: dict, paths: dict[str, list[str]], budget: float,
   except sut.NoContract as e: raise ReduceError(str(e)) from None
   if not hasattr(contract, "reduction"):
     raise ReduceError(f"the system under test's contract ({sut.contract_name()}) has no reduction primitives")
-  import json
   # a flag the capture left at the working tree's default runs at each tree's own default: a change of a default is
   # then a difference between the trees, as it is between the two runs of the program
   defaults = contract.flag_defaults()
@@ -419,5 +418,5 @@ def reduce_capture(store, cap: dict, paths: dict[str, list[str]], budget: float,
       graph = load_capture(store, cap, contract, tmp)
       reduction = Reduction(cap, cap["kind"], graph, contract.reduction().size(graph))
       trees = Trees(paths)
-      try: return Reducer(contract, trees, cap["kind"], flags, tolerances, budget, log).run(graph, reduction)
+      try: return Reducer(contract, trees, cap["kind"], flags, tolerances, budget).run(graph, reduction)
       finally: trees.close()

@@ -644,7 +644,7 @@ class Session:
     root, sha = resolve(base)
     paths = {"base": [overlay(sha, root)], "current": [str(revisions.project_root())]}
     self.log(f"replay reduce: capture {cap['id']} against {base} ({sha[:10]}), budget {budget:g} s")
-    try: reduction = rd.reduce_capture(self.store(), cap, paths, budget, tolerances, self.log)
+    try: reduction = rd.reduce_capture(self.store(), cap, paths, budget, tolerances)
     except rd.ReduceError as e: raise ReplayError(f"cannot reduce capture {cap['id']}: {e}") from None
     contract = sut.contract()
     folder = pathlib.Path(out_dir) if out_dir else pathlib.Path(self.store().path).resolve().parent / "reduced"

@@ -7,10 +7,10 @@ graph as Python (`program`): Tensor API calls where a call builds exactly the no
 hash-consed, so the same structure is the same object), a `UOp(...)` expression where none does.
 """
 from __future__ import annotations
-import math
+import math, re
 from typing import Any, Optional
 import numpy as np
-from scheduler.dtype import dtypes, DType, to_np_dtype
+from scheduler.dtype import dtypes, to_np_dtype
 from scheduler.ops import UOp, Ops
 
 # nodes that are not values of their own: they carry a device, storage, a view of nothing or the graph's outputs
@@ -53,19 +53,21 @@ def cut_points(graph: UOp) -> list:
   return out
 
 
+def _realized(value: np.ndarray, shape: tuple, like: UOp) -> UOp:
+  """The graph of a realized tensor of `shape` holding `value`, on `like`'s device with its dtype."""
+  from scheduler.tensor import Tensor
+  data = np.ascontiguousarray(np.asarray(value)).reshape(shape)
+  return Tensor(data, device=like.device, dtype=like.dtype).realize().lazydata
+
+
 def as_input(node: UOp, value: np.ndarray) -> UOp:
   """A realized buffer in the node's place holding `value` (the node's shape, dtype and device)."""
-  from scheduler.tensor import Tensor
-  shape = _concrete_shape(node) or ()
-  data = np.ascontiguousarray(np.asarray(value)).reshape(shape)
-  return Tensor(data, device=node.device, dtype=node.dtype).realize().lazydata
+  return _realized(value, _concrete_shape(node) or (), node)
 
 
 def refilled(buffer: UOp, value: np.ndarray) -> UOp:
   """A new realized buffer like `buffer` (size, dtype, device) holding `value`."""
-  from scheduler.tensor import Tensor
-  new = Tensor(np.ascontiguousarray(np.asarray(value)).reshape(-1), device=buffer.device, dtype=buffer.dtype)
-  new = new.realize().lazydata
+  new = _realized(value, (-1,), buffer)
   assert new.op is Ops.BUFFER, new.op
   return new
 
@@ -108,7 +110,6 @@ def _literal(x: Any) -> str:
     return repr(x)
   if isinstance(x, tuple): return "(" + ", ".join(_literal(e) for e in x) + ("," if len(x) == 1 else "") + ")"
   if isinstance(x, list): return "[" + ", ".join(_literal(e) for e in x) + "]"
-  if isinstance(x, DType): return repr(x)
   return repr(x)
 
 
@@ -169,7 +170,6 @@ PROGRAM_IMPORTS = ("import math", "import numpy as np", "from scheduler.tensor i
 
 def _without_unused(lines: list[str], outputs: list[str]) -> list[str]:
   """Drop lines whose variable nothing later reads (constants a literal replaced); building a node has no effect."""
-  import re
   needed, kept = set(outputs), []
   for line in reversed(lines):
     name, expr = line.split(" = ", 1)
@@ -218,7 +218,6 @@ def program(graph: UOp) -> dict:
 
 def _renumbered(lines: list[str], outputs: list[str]) -> tuple[list[str], list[str]]:
   """Number the variables t0, t1, ... in the order the lines define them."""
-  import re
   order = {line.split(" = ", 1)[0]: f"t{k}" for k, line in enumerate(lines)}
   rename = lambda text: re.sub(r"\bt\d+\b", lambda m: order.get(m.group(0), m.group(0)), text)
   return [rename(line) for line in lines], [rename(o) for o in outputs]

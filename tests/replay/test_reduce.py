@@ -51,7 +51,7 @@ def _model_graph():
 
 def _reducer(trees, budget=30.0):
   contract = sut.contract()
-  return rd.Reducer(contract, trees, "exec", {}, None, budget, lambda s: None)
+  return rd.Reducer(contract, trees, "exec", {}, None, budget)
 
 
 def test_the_reduction_keeps_the_difference_and_shrinks_the_graph_to_the_node_that_shows_it():
@@ -119,6 +119,8 @@ LOAD_IGNORES_VALID = ("scheduler/codegen/lowerer.py",
 # reads out of bounds instead (a mask one too wide) would give a test that fails only when the memory there is not 0
 COMPOSE_OFFSET = ("scheduler/shape/view.py", "offset = self.offset + sum(o * s for o, s in zip(origin, self.strides))",
                   "offset = sum(o * s for o, s in zip(origin, self.strides))")
+SPLIT_OFF = ("scheduler/helpers.py", 'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)',
+             'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 0)')
 
 
 def _reduce_planted(repo, tmp_path, branch, change, workload, kind, status):
@@ -147,22 +149,6 @@ def _reduce_planted(repo, tmp_path, branch, change, workload, kind, status):
 
 @pytest.mark.slow
 @pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
-def test_a_lowering_bug_reduces_to_a_test_that_fails_only_with_it(repo, tmp_path):
-  before, after, text = _reduce_planted(repo, tmp_path, "reduce-lowering", LOAD_IGNORES_VALID, "cnn_adam", "exec",
-                                        "mismatch")
-  assert after <= 15 < before and ".pad(" in text
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
-def test_a_view_algebra_bug_reduces_to_a_test_that_fails_only_with_it(repo, tmp_path):
-  before, after, text = _reduce_planted(repo, tmp_path, "reduce-view", COMPOSE_OFFSET, "nested_views", "exec",
-                                        "mismatch")
-  assert after <= 15 < before and ".shrink(" in text
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
 def test_a_fusion_rule_change_reduces_to_a_schedule_with_other_kernels(repo, tmp_path):
   before, after, text = _reduce_planted(repo, tmp_path, "reduce-fusion", NO_REALIZE_EXPAND, "ref_expand_of_expr",
                                         "schedule", "changed")
@@ -173,19 +159,23 @@ def test_a_fusion_rule_change_reduces_to_a_schedule_with_other_kernels(repo, tmp
     proc.stderr, proc.stderr
 
 
-SPLIT_OFF = ("scheduler/helpers.py", 'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)',
-             'SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 0)')
+# (planted change, workload whose outputs it changes, most nodes left, what the test file must build); the flag
+# default one: the capture records SPLIT_REDUCEOP=0 (the new default), and replayed as recorded both trees would agree
+PLANTED_OUTPUT_BUGS = {"lowering": (LOAD_IGNORES_VALID, "cnn_adam", 15, ".pad("),
+                       "view-algebra": (COMPOSE_OFFSET, "nested_views", 15, ".shrink("),
+                       "flag-default": (SPLIT_OFF, "big_reductions", 5, ".sum(")}
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
-def test_a_changed_flag_default_reduces_with_each_tree_at_its_own_default(repo, tmp_path):
-  # the capture records SPLIT_REDUCEOP=0 (the new default); replayed as recorded, both trees would agree
-  before, after, text = _reduce_planted(repo, tmp_path, "reduce-flag", SPLIT_OFF, "big_reductions", "exec",
-                                        "mismatch")
-  assert after <= 5 < before and ".sum(" in text and "SPLIT_REDUCEOP" not in text
+@pytest.mark.parametrize("planted", list(PLANTED_OUTPUT_BUGS))
+def test_a_planted_bug_reduces_to_a_test_that_fails_only_with_it(repo, tmp_path, planted):
+  change, workload, most, call = PLANTED_OUTPUT_BUGS[planted]
+  before, after, text = _reduce_planted(repo, tmp_path, f"reduce-{planted}", change, workload, "exec", "mismatch")
+  assert after <= most < before and call in text
+  assert "os.environ.update" not in text   # each tree runs at its own defaults: the file sets no flag
 
 
 def test_a_kernel_capture_is_refused_with_a_pointer_to_its_schedule(replay_db):
   with pytest.raises(rd.ReduceError, match="reduce the schedule or exec capture at the same location"):
-    rd.reduce_capture(None, {"id": 3, "kind": "kernel", "location": "w.py:1"}, {}, 1.0, None, print)
+    rd.reduce_capture(None, {"id": 3, "kind": "kernel", "location": "w.py:1"}, {}, 1.0, None)
