@@ -7,11 +7,12 @@ working tree (`replay/worker.py`'s evaluate mode). A candidate is kept when the 
 outputs that mismatch (exec captures) or kernels that differ (schedule captures). The passes: keep one output, make
 the smallest inner node that still differs the output, replace subgraphs by inputs that hold their values at the
 base (delta debugging over the cut points, upstream first), skip nodes whose source can stand in their place; again
-until none shrinks the graph; then give each input the simplest values that keep the difference. The result is
+until none shrinks the graph; then give the axes the smallest extents, the constants and each input the simplest
+values that keep the difference. The result is
 checked once more as a pytest file run with each tree.
 """
 from __future__ import annotations
-import base64, json, os, pathlib, selectors, subprocess, sys, tempfile, time
+import base64, json, math, os, pathlib, selectors, subprocess, sys, tempfile, time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 import numpy as np
@@ -96,6 +97,8 @@ class Reduction:
   graph: Any
   original_size: int
   size: int = 0
+  original_elements: int = 0   # elements of the buffers the graph reads and writes
+  elements: int = 0
   evaluations: int = 0
   seconds: float = 0.0
   base: dict = field(default_factory=dict)      # the base tree's result on the reduced graph
@@ -243,6 +246,43 @@ class Reducer:
       if self.check(candidate) is not None: return candidate
     return graph
 
+  def smaller_shapes(self, graph):
+    """Give each axis extent the smallest of 1, 2, 3, 4, half that keeps the difference (every axis of that extent at
+    once: the graph stays consistent), largest extents first."""
+    def uop_nodes(g) -> float:
+      try: return self.prims.program(g)["uop_nodes"]
+      except Exception: return math.inf
+    tried: set = set()
+    while self.time_left():
+      old = next((e for e in self.prims.extents(graph) if e not in tried), None)
+      if old is None: break
+      tried.add(old)
+      writable = uop_nodes(graph)
+      for new in sorted({n for n in (1, 2, 3, 4, old // 2) if 0 < n < old}):
+        if not self.time_left(): break
+        candidate = self.prims.resized(graph, old, new)
+        # a shape the Tensor API does not build (a reduce over an axis of 1 it would skip) makes a worse reproducer
+        if candidate is not None and uop_nodes(candidate) <= writable and self.check(candidate) is not None:
+          graph = candidate
+          tried.add(new)
+          break
+    return graph
+
+  def simpler_constants(self, graph):
+    """Give each constant the simplest number that keeps the difference: 0, 1, 2, -1, itself rounded."""
+    done: set = set()
+    while self.time_left():
+      node, value = next(((n, v) for n, v in self.prims.constants(graph) if n not in done), (None, None))
+      if node is None: break
+      done.add(node)
+      for number in simple_numbers(value):
+        if not self.time_left(): break
+        candidate = self.prims.with_constant(graph, node, number)
+        if candidate is not graph and self.check(candidate) is not None:
+          graph = candidate
+          break
+    return graph
+
   def simpler_values(self, graph):
     """Give each input the simplest values that keep the difference: zeros, ones, 0..6 repeating, 0..n-1."""
     for buffer, _, _, _, read in list(self.contract.graph_buffers(graph)):
@@ -257,7 +297,7 @@ class Reducer:
     return graph
 
   def run(self, graph, reduction: Reduction) -> Reduction:
-    t0 = time.monotonic()
+    t0, original = time.monotonic(), graph
     self.start(graph)
     steps = [("outputs", self.one_output), ("root", self.new_root), ("cut", self.cut), ("bypass", self.bypass),
              ("root", self.new_root)]
@@ -269,14 +309,29 @@ class Reducer:
         if (after := self.prims.size(graph)) < before: reduction.passes.append(f"{name}: {before} -> {after} nodes")
       if self.prims.size(graph) == start: break
       steps = steps[1:]   # cuts and bypasses open each other up: again, until neither shrinks the graph
+    before = self.prims.extents(graph)
+    if self.time_left(): graph = self.smaller_shapes(graph)
+    if (after := self.prims.extents(graph)) != before: reduction.passes.append(f"shapes: extents {before} -> {after}")
     if self.time_left():
-      graph = self.simpler_values(graph)
+      before = len(self.prims.constants(graph))
+      graph = self.simpler_constants(graph)
+      if (after := len(self.prims.constants(graph))) < before:
+        reduction.passes.append(f"constants: {before - after} of {before} made 0, 1, 2 or -1")
+    if self.time_left(): graph = self.simpler_values(graph)
     if self.check(graph) is None: raise ReduceError("the reduced graph lost the difference (a nondeterministic one?)")
     reduction.graph, reduction.size = graph, self.prims.size(graph)
+    reduction.original_elements = reduction.original_elements or self.prims.elements(original)
+    reduction.elements = self.prims.elements(graph)
     reduction.evaluations, reduction.seconds = self.evaluations, time.monotonic() - t0
     reduction.base, reduction.current = self.last["base"], self.last["current"]
     reduction.difference = self.last["difference"]
     return reduction
+
+
+def simple_numbers(value) -> list:
+  """Simpler numbers to try in place of a constant, simplest first."""
+  rounded = round(value)
+  return list(dict.fromkeys(n for n in (0, 1, 2, -1, rounded) if n != value))
 
 
 def simple_values(like: np.ndarray) -> list[np.ndarray]:

@@ -650,7 +650,8 @@ class Session:
     folder = pathlib.Path(out_dir) if out_dir else pathlib.Path(self.store().path).resolve().parent / "reduced"
     lines = [f"capture {cap['id']} [{cap['kind']}] {rpt.clean(cap['name'])} @ {rpt.clean(cap['location'])}: "
              f"{reduction.original_size} nodes -> {reduction.size} in {reduction.seconds:.1f} s "
-             f"({reduction.evaluations} candidates run on both trees)", *("  " + p for p in reduction.passes),
+             f"({reduction.evaluations} candidates run on both trees); buffer elements "
+             f"{reduction.original_elements} -> {reduction.elements}", *("  " + p for p in reduction.passes),
              "", "difference on the reduced graph:", rpt.clean(reduction.difference), "",
              "reduced graph:", rd.graph_text(reduction.graph), ""]
     try: path, prog = rd.write_test(reduction, contract, folder, f"{base} {sha[:10]}", tolerances,

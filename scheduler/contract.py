@@ -212,6 +212,7 @@ def traced_rules() -> Iterator[list]:
 
 def reduction():
   """The primitives that cut a graph down and write it as a program (`scheduler/reproducer.py`): cut_points,
-  as_input, bypasses, outputs, with_outputs, substitute, size, program."""
+  as_input, refilled, bypasses, outputs, with_outputs, substitute, size, elements, extents, resized,
+  constants, with_constant, program."""
   from scheduler import reproducer
   return reproducer

@@ -99,6 +99,11 @@ def substitute(graph: UOp, mapping: dict) -> UOp: return graph.substitute(mappin
 def size(graph: UOp) -> int: return len(graph.toposort)
 
 
+def elements(graph: UOp) -> int:
+  """How many elements the graph's buffers hold together."""
+  return sum(u.size for u in graph.toposort if u.op is Ops.BUFFER)
+
+
 # ***** the graph as a program *****
 
 def _literal(x: Any) -> str:
@@ -221,3 +226,90 @@ def _renumbered(lines: list[str], outputs: list[str]) -> tuple[list[str], list[s
   order = {line.split(" = ", 1)[0]: f"t{k}" for k, line in enumerate(lines)}
   rename = lambda text: re.sub(r"\bt\d+\b", lambda m: order.get(m.group(0), m.group(0)), text)
   return [rename(line) for line in lines], [rename(o) for o in outputs]
+
+
+# ***** smaller shapes *****
+
+def extents(graph: UOp) -> list[int]:
+  """The extents above 1 of the graph's axes, largest first (what `resized` can shrink)."""
+  found: set = set()
+  for u in graph.toposort:
+    if u.op not in _STRUCTURE and (shape := _concrete_shape(u)) is not None: found.update(d for d in shape if d > 1)
+  return sorted(found, reverse=True)
+
+
+def _mapped(shape: tuple, old: int, new: int) -> tuple: return tuple(new if d == old else d for d in shape)
+
+
+def _leading(values: np.ndarray, shape: tuple, old: int, new: int) -> np.ndarray:
+  """The first `new` elements along each axis of extent `old`."""
+  return values.reshape(shape)[tuple(slice(0, new) if d == old else slice(None) for d in shape)]
+
+
+def _buffer_shapes(graph: UOp) -> dict:
+  """The shape each buffer is seen with: the view of it as an input, else flat."""
+  shapes = {u.src[0]: _concrete_shape(u) for u in reversed(graph.toposort) if is_input(u)}
+  return {u: shapes.get(u, (u.size,)) for u in graph.toposort if u.op is Ops.BUFFER}
+
+
+def _resized_node(u: UOp, src: tuple, old: int, new: int) -> UOp:
+  """The node over its resized sources with its own arguments resized; raises where the sizes do not fit."""
+  from scheduler.shape.shapetracker import ShapeTracker
+  arg = u.arg
+  if u.op in (Ops.RESHAPE, Ops.EXPAND): arg = _mapped(arg, old, new)
+  elif u.op is Ops.SHRINK:
+    before, after = _concrete_shape(u.src[0]), _concrete_shape(src[0])
+    arg = tuple((0, a) if (b, e) == (0, d) else (b, e) for (b, e), d, a in zip(arg, before, after))
+  elif u.op is Ops.VIEW and src != u.src:
+    # a view of a computed value: only the plain view of its source's shape follows the source
+    if u.arg != ShapeTracker.from_shape(_concrete_shape(u.src[0])): raise ValueError("a view that does not resize")
+    arg = ShapeTracker.from_shape(_concrete_shape(src[0]))
+  elif u.op is Ops.VIEW and u.dtype == dtypes.void and (shape := _concrete_shape(u)) and old in shape:
+    # the view a constant carries: plain or broadcast (strides 0) resize; others do not
+    if u.arg == ShapeTracker.from_shape(shape): arg = ShapeTracker.from_shape(_mapped(shape, old, new))
+    elif all(s == 0 for v in u.arg.views for s in v.strides) and len(u.arg.views) == 1 and u.arg.views[0].mask is None:
+      arg = ShapeTracker.from_shape((1,) * len(shape)).expand(_mapped(shape, old, new))
+    else: raise ValueError("a constant's view that does not resize")
+  return u.replace(src=src, arg=arg)
+
+
+def resized(graph: UOp, old: int, new: int) -> Optional[UOp]:
+  """The graph with every axis of extent `old` given extent `new` (< old): inputs keep their leading elements along
+  those axes, reshapes and expands to `old` go to `new`, a shrink of a whole axis stays whole. None when the graph
+  does not allow it (a reshape that joins such an axis with another, a shrink past the new end, a strided view)."""
+  shapes = _buffer_shapes(graph)
+  done: dict = {}
+  try:
+    for u in graph.toposort:
+      if u.op is Ops.BUFFER:
+        shape = shapes[u]
+        if old not in shape: done[u] = u
+        else:
+          data = u.buffer.numpy() if u.realized is not None else np.zeros(u.size, to_np_dtype(u.dtype))
+          done[u] = refilled(u, _leading(data, shape, old, new).reshape(-1))
+        continue
+      src = tuple(done[s] for s in u.src)
+      if is_input(u) and src != u.src:
+        from scheduler.shape.shapetracker import ShapeTracker
+        done[u] = u.replace(src=src, arg=ShapeTracker.from_shape(_mapped(_concrete_shape(u), old, new)))
+      elif src == u.src and not (u.op in (Ops.RESHAPE, Ops.EXPAND) and old in u.arg) and \
+          not (u.op is Ops.VIEW and u.dtype == dtypes.void and old in (_concrete_shape(u) or ())): done[u] = u
+      else: done[u] = _resized_node(u, src, old, new)
+      if done[u].op not in _STRUCTURE: done[u].st   # raises on sources of different shapes
+  except (ValueError, AssertionError, TypeError, IndexError, KeyError): return None
+  out = done[graph]
+  return out if out is not graph else None
+
+
+# ***** simpler constants *****
+
+def constants(graph: UOp) -> list[tuple]:
+  """(node, value) of the graph's numeric constants that are finite and not already 0, 1, -1 or 2."""
+  return [(u, u.arg) for u in graph.toposort if u.op is Ops.CONST and u.dtype != dtypes.bool and
+          isinstance(u.arg, (int, float)) and math.isfinite(u.arg) and u.arg not in (0, 1, -1, 2)]
+
+
+def with_constant(graph: UOp, node: UOp, value) -> UOp:
+  """The graph with the constant `node` holding `value` (cast to its dtype's kind) instead."""
+  value = float(value) if dtypes.is_float(node.dtype) else int(value)
+  return graph.substitute({node: node.replace(arg=value)})

@@ -181,10 +181,12 @@ def reduce_first(clone: str, base: str, env: dict, report: dict, workdir: str) -
   seconds = time.perf_counter() - t0
   sizes = re.search(r": (\d+) nodes -> (\d+) in", proc.stdout)
   lines = re.search(r": (\d+) lines? of Tensor code", proc.stdout)
+  elements = re.search(r"buffer elements (\d+) -> (\d+)", proc.stdout)
   if proc.returncode != 0 or not sizes:
     return {"note": (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:100], "seconds": seconds}
   return {"capture": pick["capture_id"], "status": pick["status"], "original": int(sizes.group(1)),
           "reduced": int(sizes.group(2)), "lines": int(lines.group(1)) if lines else None, "seconds": seconds,
+          "elements": f"{elements.group(1)}->{elements.group(2)}" if elements else "",
           "verified": "with the base: passes; with the working tree: fails" in proc.stdout}
 
 
@@ -214,13 +216,14 @@ def run_one(clone: str, base: str, mutant: Mutant, gate_args: list[str], corpus:
 
 def print_reductions(results: list[dict]) -> None:
   done = [r for r in results if r.get("reduced")]
-  print(f"\n{'bug':<32} {'capture':>8} {'nodes':>6} {'reduced':>8} {'lines':>6} {'seconds':>8}  test")
+  print(f"\n{'bug':<32} {'capture':>8} {'nodes':>6} {'reduced':>8} {'lines':>6} {'elements':>16} {'seconds':>8}  test")
   for r in done:
     red = r["reduced"]
     if "reduced" not in red:
-      print(f"{r['name']:<32} {'':>8} {'':>6} {'':>8} {'':>6} {red.get('seconds', 0):8.1f}  {red['note']}")
+      print(f"{r['name']:<32} {'':>8} {'':>6} {'':>8} {'':>6} {'':>16} {red.get('seconds', 0):8.1f}  {red['note']}")
       continue
     print(f"{r['name']:<32} {red['capture']:>8} {red['original']:>6} {red['reduced']:>8} {str(red['lines']):>6} "
+          f"{red['elements']:>16} "
           f"{red['seconds']:8.1f}  {'fails with the bug, passes without' if red['verified'] else 'NOT VERIFIED'}")
   small = [r for r in done if r["reduced"].get("reduced") is not None and
            (r["reduced"]["reduced"] <= 15 or (r["reduced"]["lines"] or 99) <= 10) and r["reduced"]["seconds"] <= 60]

@@ -64,11 +64,25 @@ def test_the_reduction_keeps_the_difference_and_shrinks_the_graph_to_the_node_th
   assert out.size < reduction.original_size / 5 and out.size <= 15, rd.graph_text(out.graph)
   assert 0 < out.evaluations < trees.runs   # the base values of cut points are runs of the base alone
   assert "differ" in out.difference
-  # the bug shows on any values: the inputs were given the simplest, zeros
-  assert all((read() == 0).all() for *_, read in sut.contract().graph_buffers(out.graph))
+  # the bug shows on any values and any shape: the inputs were given the smallest shapes the Tensor API still builds
+  # the graph with (a max over one element is no reduce) and the simplest values, zeros
+  assert all(n <= 2 and (read() == 0).all() for _, n, *_, read in sut.contract().graph_buffers(out.graph))
+  assert any("shapes: extents [6, 4] -> [2]" in p for p in out.passes)
   # the program of the reduced graph computes what the base computed for it
   prog = prims.program(out.graph)
   assert any(".max(" in line for line in prog["lines"]) and len(prog["lines"]) <= 10
+
+
+def test_constants_become_the_simplest_numbers_that_keep_the_difference():
+  x = Tensor(np.linspace(-1, 1, 8, dtype=np.float32)).realize()
+  graph = (x * 0.37 + 5.5).exp2().lazydata.sink()
+  needs_a_large_constant = lambda g: any(u.op.name == "CONST" and u.arg > 1.5 for u in g.toposort)
+  reducer = _reducer(InProcessTrees(needs_a_large_constant))
+  reducer.start(graph)
+  out = reducer.simpler_constants(graph)
+  assert sorted(u.arg for u in out.toposort if u.op.name == "CONST") == [0.0, 2.0]
+  assert sut.contract().reduction().constants(out) == []
+  assert rd.simple_numbers(5.5) == [0, 1, 2, -1, 6] and rd.simple_numbers(-3) == [0, 1, 2, -1]
 
 
 def test_a_graph_that_does_not_differ_is_refused_with_the_reason():

@@ -66,3 +66,31 @@ def test_bypasses_pair_a_node_with_a_source_of_its_shape_and_dtype():
   assert any(node.op is Ops.WHERE for node, _ in reproducer.bypasses(graph))
   one = reproducer.with_outputs(graph, reproducer.outputs(graph)[:1])
   assert one.op is Ops.SINK and one.src == graph.src[:1]
+
+
+def test_resized_gives_every_axis_of_an_extent_a_smaller_one_and_computes_on_the_leading_elements():
+  rng = np.random.default_rng(1)
+  x, w = rng.standard_normal((6, 8), dtype=np.float32), rng.standard_normal((8, 4), dtype=np.float32)
+  probs = ((Tensor(x).realize() @ Tensor(w).realize()).relu() * 2 + 1).softmax(1)
+  out = probs.pad(((0, 0), (1, 0))).shrink(((0, 6), (0, 5))).sum(0)
+  graph = out.lazydata.sink()
+  assert reproducer.extents(graph) == [8, 6, 5, 4]
+  small = reproducer.resized(graph, 6, 3)
+  assert reproducer.extents(small) == [8, 5, 4, 3] and small.src[0].shape == (5,)
+  h = np.maximum(x[:3] @ w, 0) * 2 + 1
+  e = np.exp(h - h.max(1, keepdims=True))
+  want = np.concatenate([np.zeros((3, 1), np.float32), e / e.sum(1, keepdims=True)], axis=1).sum(0)
+  np.testing.assert_allclose(Tensor(small.src[0]).numpy(), want, rtol=1e-5)
+  # the contracted axis too: 8 -> 2 keeps the first two columns of x and rows of w
+  np.testing.assert_allclose(Tensor(reproducer.resized(graph, 8, 2).src[0]).numpy()[1:].sum(),
+                             np.float32(6), rtol=1e-5)   # softmax rows sum to 1
+  assert graph.src[0].shape == (5,)   # the original graph is left as it was
+
+
+def test_resized_refuses_what_the_sizes_do_not_allow():
+  flat = Tensor(np.arange(64, dtype=np.float32)).realize()
+  joined = flat.reshape(4, 16).sum(1).lazydata.sink()
+  assert reproducer.resized(joined, 16, 2) is None          # 64 elements cannot be 4 x 2
+  part = Tensor(np.arange(10, dtype=np.float32)).realize().shrink(((2, 9),)).lazydata.sink()
+  assert reproducer.resized(part, 10, 4) is None            # the shrink ends past the new extent
+  assert reproducer.resized(part, 7, 3) is None             # no axis has extent 7 before the shrink: nothing changes
