@@ -5,7 +5,7 @@ buffers before the kernels overwrite them) and its outputs when it returns, then
 database in one transaction: a capture is durable as soon as the captured call has returned.
 """
 from __future__ import annotations
-import atexit, hashlib, json, os, platform, socket, subprocess, sys, threading, weakref
+import atexit, hashlib, json, os, platform, subprocess, sys, threading, weakref
 from typing import Any, Optional
 import numpy as np
 from db import Store
@@ -52,8 +52,12 @@ class _Sink:
         self.pid, self.local = os.getpid(), threading.local()
         store = self._thread_store()
         env_run = os.getenv("REPLAY_RUN_ID")
-        self.run_id = int(env_run) if env_run else store.add_run(**run_info())
-        if not env_run: atexit.register(self._finish, store, self.run_id)
+        self.run_id = int(env_run) if env_run else store.add_run(**run_info(with_git=False))
+        if not env_run:
+          # git takes a few milliseconds in processes of its own: the program goes on meanwhile
+          git = threading.Thread(target=self._record_git, args=(self.run_id,), daemon=True)
+          git.start()
+          atexit.register(self._finish, store, self.run_id, git)
         # the defaults of the compiler this process imported (the process that made the run may have imported another)
         store.set_run_flag_defaults(self.run_id, flag_defaults_json())
     assert self.run_id is not None
@@ -63,6 +67,7 @@ class _Sink:
     store = getattr(self.local, "store", None)
     if store is None:
       store = self.local.store = Store()
+      store.defer_checkpoints()
       store.preload_blob_shas()
     return store
 
@@ -70,7 +75,14 @@ class _Sink:
   def store(self) -> Optional[Store]: return getattr(self.local, "store", None)
 
   @staticmethod
-  def _finish(store: Store, run_id: int) -> None:
+  def _record_git(run_id: int) -> None:
+    try:
+      with Store() as store: store.set_run_git(run_id, *git_state())
+    except Exception: pass   # the run row says less; the captures are what counts
+
+  @staticmethod
+  def _finish(store: Store, run_id: int, git: Optional[threading.Thread] = None) -> None:
+    if git is not None: git.join(timeout=30)
     try: store.finish_run(run_id)
     except Exception: pass
 
@@ -95,10 +107,10 @@ def this_command() -> list[str]:
   return [sys.executable, *argv[1:]]
 
 
-def run_info(argv: Optional[list[str]] = None) -> dict:
-  commit, dirty = git_state()
+def run_info(argv: Optional[list[str]] = None, with_git: bool = True) -> dict:
+  commit, dirty = git_state() if with_git else (None, None)
   return {"git_commit": commit, "git_dirty": dirty, "argv": json.dumps(argv if argv is not None else this_command()),
-          "python": platform.python_version(), "numpy": np.__version__, "host": socket.gethostname(),
+          "python": platform.python_version(), "numpy": np.__version__, "host": platform.node(),
           "flags": json.dumps(_flags_now(), sort_keys=True), "cwd": os.getcwd(), "env": json.dumps(rerun_env())}
 
 
@@ -138,14 +150,29 @@ def location() -> str:
   return f"{region} @ {where}" if region else where
 
 
+_frame_names: dict = {}   # code object -> the name to show for its file (None: inside the compiler or harness)
+_UNSEEN = object()
+
+
+def code_frame() -> Optional[tuple[str, int, str]]:
+  """(file, line, function) of the innermost frame outside the compiler and the harness (each code object is looked
+  up once: tensors are made by the thousand, from the same few places)."""
+  frame, names = sys._getframe(1), _frame_names
+  while frame is not None:
+    code = frame.f_code
+    name = names.get(code, _UNSEEN)
+    if name is _UNSEEN:
+      if len(names) > 100_000: names.clear()   # programs that make code objects at run time
+      name = names[code] = _outside_name(code.co_filename)
+    if name is not None: return name, frame.f_lineno, code.co_name
+    frame = frame.f_back
+  return None
+
+
 def code_location() -> str:
   """`file:line function` of the innermost frame outside the compiler and the harness."""
-  frame = sys._getframe(1)
-  while frame is not None:
-    if (name := _outside_name(frame.f_code.co_filename)) is not None:
-      return f"{name}:{frame.f_lineno} {frame.f_code.co_name}"
-    frame = frame.f_back
-  return "?"
+  where = code_frame()
+  return f"{where[0]}:{where[1]} {where[2]}" if where else "?"
 
 
 def max_exec_bytes() -> int:

@@ -66,9 +66,9 @@ def apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
 def _describe(t: TensorBase) -> str:
   """A tensor as a report names it: dtype, shape, the tensor function that made it, and where the program made it."""
   made_by = all_metadata.get(t.lazydata)
-  return f"{t.dtype.name}{list(t.shape)}" + (f" {made_by}" if made_by is not None
-                                             else "") + (f" from {origin}" if (origin := getattr(t, "_origin", None))
-                                                         else "")
+  origin = getattr(t, "_origin", None)
+  return f"{t.dtype.name}{list(t.shape)}" + (f" {made_by}" if made_by is not None else "") + \
+    (f" from {origin[0]}:{origin[1]} {origin[2]}" if origin else "")
 
 
 def nested_shape(data) -> tuple:
@@ -142,7 +142,7 @@ class TensorBase:
     uop = self._uop_from(data, dtype, device)
     self.lazydata: UOp = uop if uop.device == device else uop.copy_to_device(device)
     # where the program made this tensor (only while capturing: reports name outputs by it)
-    self._origin: Optional[str] = hooks.origin() if CAPTURE_PROCESS_REPLAY else None
+    self._origin: Optional[tuple] = hooks.origin() if CAPTURE_PROCESS_REPLAY else None
     all_tensors[weakref.ref(self, _forget)] = None
 
   @staticmethod

@@ -269,3 +269,25 @@ def test_a_capture_run_that_could_not_store_captures_fails_and_says_how_many(tmp
   report = subprocess.run([sys.executable, "-m", "replay", "run"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
   assert report.returncode == 4 and "could not be stored" in report.stdout, report.stdout
+
+
+def test_an_exec_capture_names_where_the_program_made_each_output(tmp_path):
+  db = tmp_path / "r.db"
+  program = tmp_path / "prog.py"
+  program.write_text("import numpy as np\nfrom scheduler import Tensor\n\ndef build():\n"
+                     "  return (Tensor(np.ones(4, np.float32)) * 3).relu()\n\nbuild().realize()\n")
+  env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db), "CAPTURE_PROCESS_REPLAY": "1"}
+  env.pop("PYTEST_CURRENT_TEST", None)
+  git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+  subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+  subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], cwd=tmp_path, check=True)
+  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+  subprocess.run([sys.executable, str(program)], cwd=tmp_path, env=env, check=True)
+  s = Store(str(db))
+  execs = s.captures(kinds=["exec"])
+  run = s.run(execs[0]["run_id"])
+  assert run["finished"] and run["host"]
+  # the git state is found while the program runs, and written before it exits
+  assert run["git_commit"] == head and run["git_dirty"] == 0   # files git does not track are no change
+  outputs = json.loads(execs[-1]["meta"])["outputs"]
+  assert any(o.endswith("from prog.py:5 build") for o in outputs), outputs
