@@ -207,6 +207,19 @@ def graph_bytes(sink) -> bytes:
   return data
 
 
+# the payloads of the last few schedules by their kernels: a training loop schedules the same kernels every step
+_schedule_outputs: dict[tuple, bytes] = {}
+SCHEDULE_MEMO = 32
+
+
+def _schedule_output_bytes(asts: list, var_vals: dict) -> bytes:
+  key = (tuple(asts), tuple(var_vals.items()))
+  if (hit := _schedule_outputs.get(key)) is not None: return hit
+  if len(_schedule_outputs) >= SCHEDULE_MEMO: _schedule_outputs.pop(next(iter(_schedule_outputs)))
+  data = _schedule_outputs[key] = serialize.dumps({"asts": asts, "var_vals": var_vals})
+  return data
+
+
 _flags_json: dict[tuple, str] = {}
 
 
@@ -264,16 +277,16 @@ class CapturePoint:
     with contract.without_pickled_buffers():
       if self.kind == "schedule":
         asts, var_vals = self.output
-        output = {"asts": list(asts), "var_vals": dict(var_vals)}
         self.name = f"{len(asts)} kernels" + (f": {','.join(sorted({contract.kernel_kind(a) for a in asts}))}" if asts
                                               else "")
+        output_data = _schedule_output_bytes(list(asts), dict(var_vals))
       elif self.kind == "kernel":
         src, name, *options = self.output   # older compilers hand over (src, name) only
-        output, self.name = {"src": src, "name": name, **({"options": options[0]} if options else {})}, name
+        output_data = serialize.dumps({"src": src, "name": name, **({"options": options[0]} if options else {})})
+        self.name = name
       else:
         # a step's outputs are the next one's inputs
-        output = {"outputs": [buffers.encode(o, self.shared) for o in self.output]}
-      output_data = serialize.dumps(output)
+        output_data = serialize.dumps({"outputs": [buffers.encode(o, self.shared) for o in self.output]})
     compiler = flags_json({k: v for k, v in self.flags.items() if k not in NON_COMPILER_FLAGS})
     # the content key: the hash of the input payload's hash and the compiler flags (the payload is hashed once)
     in_sha = hashlib.sha256(self.input_data).hexdigest()

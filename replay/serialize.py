@@ -50,11 +50,8 @@ def graph_nodes(obj: Any) -> list:
     if _is_graph_node(x): roots.append(x)
     elif isinstance(x, dict): todo.extend(reversed([*x.keys(), *x.values()]))
     elif isinstance(x, (list, tuple, set, frozenset)): todo.extend(reversed(list(x)))
-  order: dict = {}
-  for root in roots:
-    for node in root.toposort:
-      if node not in order: order[node] = None
-  return list(order)
+  if len(roots) == 1: return list(roots[0].toposort)
+  return list(dict.fromkeys(node for root in roots for node in root.toposort))
 
 
 _SAFE_BUILTINS = {"set", "frozenset", "slice", "complex", "range", "bytearray", "tuple", "list", "dict", "int", "float",
