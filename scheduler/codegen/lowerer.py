@@ -291,6 +291,8 @@ def upcast_choice(s: UOp, axes: list[int]) -> list[tuple[int, int]]:
     extent = shape[axis]
     return next((n for n in choices if isinstance(extent, int) and extent % n == 0 and extent >= n), 1)
   strides = s.src[1].arg.real_strides()
+  masked = _masked_axes(value, len(shape))
+  axes = [a for a in axes if a not in masked]
   chosen: list[tuple[int, int]] = []
   for axis in sorted(axes, key=lambda a: (strides[a] != 1, -a)):
     if (n := lanes_for(axis, UPCAST_LANES)) > 1:
@@ -302,6 +304,14 @@ def upcast_choice(s: UOp, axes: list[int]) -> list[tuple[int, int]]:
         chosen.append((axis, n))
         break
   return chosen
+
+
+def _masked_axes(value, ndim: int) -> set[int]:
+  """Output axes along which some read's validity changes (a padded input): each lane of such an axis would test its
+  own mask on every step of the reduce, which keeps the lanes from sharing loads and from vectorizing."""
+  views = [u.arg for u in value if u.op is Ops.VIEW and isinstance(u.arg, ShapeTracker) and
+           any(v.mask is not None for v in u.arg.views)]
+  return {axis for st in views for axis in range(min(ndim, len(st.shape))) if st.axis_is_masked(axis)}
 
 
 def _is_one(s) -> bool: return isinstance(s, int) and s == 1

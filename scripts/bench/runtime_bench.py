@@ -1,7 +1,8 @@
 """Kernel speed of the CPU device, side by side in one run (warm: compile excluded, best of N): matmul 256 and
-512, conv2d 32x32 16->32, a long elementwise chain, a large sum, a softmax, and arange(131072). Against numpy
-(pinned to one thread, as our kernels are single-threaded) and, when importable, tinygrad's CPU device (the bench
-installs nothing). Then the per-kernel time of lowering and rendering.
+512, conv2d 32x32 16->32 (plain, padded, strided, grouped, depthwise), max and average pooling with padding, a long
+elementwise chain, a large sum, a softmax, and arange(131072); with the size of our C and a check of the result.
+Against numpy (pinned to one thread, as our kernels are single-threaded) and, when importable, tinygrad's CPU device
+(the bench installs nothing). Then the per-kernel time of lowering and rendering.
 
     python -m scripts.bench.runtime_bench
 """
@@ -21,18 +22,28 @@ def best(fn, reps=7) -> float:
   return min(times)
 
 
-def conv2d_numpy(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-  """A 'valid' 2-d convolution (cross-correlation) as one matmul over the 3x3 windows."""
-  n, c, h, wd = x.shape
+def conv2d_numpy(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0, groups: int = 1) -> np.ndarray:
+  """A 2-d convolution (cross-correlation) as one einsum over the kxk windows per group."""
+  x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
   k = w.shape[2]
-  windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))   # n, c, h-k+1, w-k+1, k, k
-  return np.einsum("nchwij,ocij->nohw", windows, w, optimize=True)
+  windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
+  cin, cout = x.shape[1] // groups, w.shape[0] // groups
+  return np.concatenate([np.einsum("nchwij,ocij->nohw", windows[:, g * cin:(g + 1) * cin],
+                                   w[g * cout:(g + 1) * cout], optimize=True) for g in range(groups)], axis=1)
+
+
+def pool_numpy(x: np.ndarray, k: int, stride: int, padding: int, op) -> np.ndarray:
+  fill = -np.inf if op is np.max else 0
+  x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=fill)
+  windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
+  return op(windows, axis=(4, 5))
 
 
 def cases(rng):
   a256, b256 = rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32)
   a512, b512 = rng.standard_normal((512, 512)).astype(np.float32), rng.standard_normal((512, 512)).astype(np.float32)
   x, w = rng.standard_normal((1, 16, 32, 32)).astype(np.float32), rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+  wg, wd = rng.standard_normal((32, 4, 3, 3)).astype(np.float32), rng.standard_normal((16, 1, 3, 3)).astype(np.float32)
   v = rng.standard_normal(1 << 22).astype(np.float32)
   s = rng.standard_normal((512, 1024)).astype(np.float32)
   def softmax(m): e = np.exp(m - m.max(1, keepdims=True)); return e / e.sum(1, keepdims=True)
@@ -41,6 +52,17 @@ def cases(rng):
     "matmul 256": (lambda: a256 @ b256, (a256, b256), lambda A, B: A @ B),
     "matmul 512": (lambda: a512 @ b512, (a512, b512), lambda A, B: A @ B),
     "conv2d 32x32 16->32": (lambda: conv2d_numpy(x, w), (x, w), lambda X, W: X.conv2d(W)),
+    "conv2d padded": (lambda: conv2d_numpy(x, w, padding=1), (x, w), lambda X, W: X.conv2d(W, padding=1)),
+    "conv2d stride 2": (lambda: conv2d_numpy(x, w, stride=2, padding=1), (x, w),
+                        lambda X, W: X.conv2d(W, stride=2, padding=1)),
+    "conv2d groups 4": (lambda: conv2d_numpy(x, wg, padding=1, groups=4), (x, wg),
+                        lambda X, W: X.conv2d(W, padding=1, groups=4)),
+    "conv2d depthwise": (lambda: conv2d_numpy(x, wd, padding=1, groups=16), (x, wd),
+                         lambda X, W: X.conv2d(W, padding=1, groups=16)),
+    "max_pool padded": (lambda: pool_numpy(x, 3, 2, 1, np.max), (x,),
+                        lambda X: X.max_pool2d(kernel_size=3, stride=2, padding=1)),
+    "avg_pool padded": (lambda: pool_numpy(x, 3, 1, 1, np.sum) / 9, (x,),
+                        lambda X: X.avg_pool2d(kernel_size=3, stride=1, padding=1, count_include_pad=True)),
     "elementwise 4M": (lambda: np.maximum((v * 2 + 1) * v - 0.5, 0), (v,), lambda V: ((V * 2 + 1) * V - 0.5).relu()),
     "sum 4M": (lambda: v.sum(), (v,), lambda V: V.sum()),
     "softmax 512x1024": (lambda: softmax(s), (s,), lambda S: S.softmax(1)),
@@ -78,10 +100,15 @@ def main():
   asts = []
   for name, (np_fn, inputs, program) in cases(rng).items():
     ours = time_library(scheduler, run_schedule, inputs, program, name)
+    c_bytes = ""
     if not name.startswith("arange"):
-      asts += [si.ast for si in program(*[scheduler.Tensor(i).realize() for i in inputs]).schedule()
-               if si.ast.op.name == "SINK"]
-    line = f"{name:<20} numpy(1 thread) {best(np_fn) * 1e3:8.2f} ms   ours {ours * 1e3:8.2f} ms"
+      out = program(*[scheduler.Tensor(i).realize() for i in inputs])
+      kernels = [si.ast for si in out.schedule() if si.ast.op.name == "SINK"]
+      asts += kernels
+      c_bytes = f"   C {sum(len(render_c(lower(k))) for k in kernels) / 1e3:5.1f} KB"
+      again = program(*[scheduler.Tensor(i).realize() for i in inputs]).numpy()
+      if not np.allclose(again, np_fn(), rtol=1e-4, atol=1e-4): c_bytes += "   WRONG RESULT"
+    line = f"{name:<20} numpy(1 thread) {best(np_fn) * 1e3:8.2f} ms   ours {ours * 1e3:8.2f} ms{c_bytes}"
     if peer is not None:
       try:
         theirs = time_library(peer[0], peer[1], inputs, program, name)
