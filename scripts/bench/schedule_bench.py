@@ -1,8 +1,9 @@
 """Median time of create_schedule_with_vars on an MLP training step (forward, sparse categorical
 crossentropy, backward, SGD assign), a small CNN forward and forward+backward, a causal transformer block,
-and a 64-layer MLP forward+backward, with kernel counts; then the memory the scheduler leaves behind for
-16- and 64-layer MLPs (it should grow linearly). If tinygrad is importable it is timed on the same programs
-and the ratio printed (the bench installs nothing)."""
+and a 64-layer MLP forward+backward, with kernel counts; then `Tensor.schedule_with_vars` of 16-, 32- and 64-layer
+MLP steps with every tensor live (time and memory held, with their slopes against layers), and the memory the
+scheduler leaves behind for 16- and 64-layer MLPs (it should grow linearly). If tinygrad is importable it is timed
+on the same programs and the ratio printed (the bench installs nothing)."""
 import gc, statistics, time, tracemalloc
 import numpy as np
 
@@ -85,6 +86,53 @@ def retained_bytes(lib, schedule_fn, layers: int) -> int:
   return after - before
 
 
+def live_graph(lib, layers: int, trace: bool) -> float:
+  """Seconds of `Tensor.schedule_with_vars` on a deep MLP step with every tensor of it still referenced (the
+  activations, the weights, their gradients: each must then point at its result), or with `trace` the bytes the graph
+  and the schedule hold while they live (tracemalloc slows the run: the two are measured apart)."""
+  Tensor = lib.Tensor
+  gc.collect()
+  if trace:
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+  x = Tensor(_arr(0, 8, 32)).realize()
+  weights = [Tensor(_arr(i + 1, 32, 32) * 0.1, requires_grad=True).realize() for i in range(layers)]
+  live, h = [], x
+  for w in weights:
+    h = (h @ w).relu()
+    live.append(h)
+  loss = h.sum()
+  loss.backward()
+  t0 = time.perf_counter()
+  sched = loss.schedule_with_vars(*[w.grad for w in weights])
+  seconds = time.perf_counter() - t0
+  if not trace: return seconds
+  held = tracemalloc.get_traced_memory()[0] - before
+  tracemalloc.stop()
+  del sched, live
+  return held
+
+
+def slope(xs: list, ys: list) -> float:
+  """The log-log slope of ys against xs (1.0: linear)."""
+  import math
+  lx, ly = [math.log(x) for x in xs], [math.log(max(y, 1e-12)) for y in ys]
+  mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+  return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+
+
+def live_graphs(lib, label: str, depths=(16, 32, 64), reps=5) -> dict[int, float]:
+  live_graph(lib, depths[0], trace=False)   # warm the pattern tables
+  times = {n: statistics.median(live_graph(lib, n, trace=False) for _ in range(reps)) for n in depths}
+  live_graph(lib, depths[0], trace=True)   # caches that fill on first use under tracing are not the graph's
+  held = {n: live_graph(lib, n, trace=True) for n in depths}
+  print(f"schedule_with_vars, all tensors live ({label}): " +
+        ", ".join(f"{n} layers {times[n] * 1e3:.1f} ms / {held[n] / 1e6:.2f} MB" for n in depths) +
+        f"; slope against layers: time {slope(list(depths), [times[n] for n in depths]):.2f}, memory "
+        f"{slope(list(depths), [held[n] for n in depths]):.2f} (1.0 = linear)")
+  return times
+
+
 def time_schedule(lib, build, schedule_fn, reps=11):
   """Median over `reps` runs after one untimed run (the first builds each library's pattern tables and caches)."""
   times, count = [], 0
@@ -118,6 +166,11 @@ def main():
       line += f" | tinygrad: {theirs*1e3:7.2f} ms, {pn} kernels | ratio ours/tinygrad {ours/theirs:.2f}"
     else: line += " | tinygrad not installed: no ratio"
     print(line)
+  ours_live = live_graphs(scheduler, "ours")
+  if peer is not None:
+    theirs_live = live_graphs(peer[0], "tinygrad")
+    print("ratio ours/tinygrad, all tensors live: " +
+          ", ".join(f"{n} layers {ours_live[n] / theirs_live[n]:.2f}" for n in ours_live))
   for lib, fn, label in ((scheduler, create_schedule_with_vars, "ours"),) + (((peer[0], peer[1], "tinygrad"),) if peer
                                                                              else ()):
     small, large = retained_bytes(lib, fn, 16), retained_bytes(lib, fn, 64)
