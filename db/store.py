@@ -9,7 +9,7 @@ import hashlib, json, os, sqlite3, time, zlib
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -37,6 +37,17 @@ def max_blob_bytes() -> int:
 
 
 def default_path() -> str: return os.getenv("REPLAY_DB") or DEFAULT_PATH
+
+
+DICTIONARY_BYTES = 32 * 1024   # zlib's window: a delta sees this much of its dictionary
+DICTIONARY_MARK = b"replay zlib dictionary\n"   # a dictionary's bytes are never a payload's
+DELTA_GAIN = 0.8               # a delta is kept when it is at most this part of the payload compressed alone
+MIN_DICTIONARY_BYTES = 256     # smaller payloads are stored as they are
+
+
+def _deflate(data: bytes, zdict: bytes) -> bytes:
+  squeeze = zlib.compressobj(1, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, zdict)
+  return squeeze.compress(data) + squeeze.flush()
 
 
 # ***** migrations: each takes the database from version i to i+1 *****
@@ -135,9 +146,14 @@ def _migrate_to_11(db: "sqlite_utils.Database") -> None:
   db["accepted"].create_index(["kind", "location", "fingerprint", "base_commit"], unique=True)
 
 
+def _migrate_to_12(db: "sqlite_utils.Database") -> None:
+  """A blob may be stored as a delta: compressed with a zlib dictionary that is a blob of its own (`base`, the sha256
+  of a blob that is no delta itself). A training loop captures near-identical payloads every step."""
+  db["blobs"].add_column("base", str)
+
+
 MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7,
-              _migrate_to_8,
-              _migrate_to_9, _migrate_to_10, _migrate_to_11]
+              _migrate_to_8, _migrate_to_9, _migrate_to_10, _migrate_to_11, _migrate_to_12]
 
 
 class Store:
@@ -159,6 +175,10 @@ class Store:
     self.conn = conn
     self._db: Optional["sqlite_utils.Database"] = None
     self._known_blobs: set[str] = set()
+    self._bases: dict[tuple, tuple[str, bytes]] = {}           # role -> (sha256, bytes) of its current dictionary
+    self._pending_bases: dict[tuple, tuple[str, bytes]] = {}   # written in the open transaction
+    self._candidates: dict[tuple, bytes] = {}                  # role -> its last payload stored whole
+    self._dictionaries: dict[str, bytes] = {}                  # bases read lately
     if self._version() != SCHEMA_VERSION: self._migrate()
 
   @property
@@ -241,21 +261,57 @@ class Store:
   @staticmethod
   def blob_sha(data: bytes) -> str: return hashlib.sha256(data).hexdigest()
 
-  def _put_blob(self, data: bytes, sha: Optional[str] = None) -> str:
+  def _put_blob(self, data: bytes, sha: Optional[str] = None, role: Optional[tuple] = None) -> str:
+    """Store a blob (inside the caller's transaction). With a `role` (what the payload is: kind, input or output), a
+    payload alike to an earlier one of its role is stored as a delta: compressed with a zlib dictionary made of the
+    earlier payload's first bytes. The dictionary is a blob of its own that no capture refers to (one damaged payload
+    still fails its capture alone), made when a second payload would use it (a payload seen once costs nothing more)."""
     sha = sha or self.blob_sha(data)
-    if sha not in self._known_blobs:
-      self.conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)",
-                        (sha, len(data), zlib.compress(data, 1)))
+    if sha in self._known_blobs: return sha
+    if role is None or len(data) < MIN_DICTIONARY_BYTES:
+      self._insert_blob(sha, data, zlib.compress(data, 1))
+      return sha
+    role = (*role, len(data).bit_length())   # payloads of a size alike are likelier alike
+    current = self._pending_bases.get(role) or self._bases.get(role)
+    if current is not None and not self.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ? AND base IS NULL",
+                                                     (current[0],)).fetchone():
+      current = None   # `replay prune` removed it since
+    whole: Optional[bytes] = None
+    def worth_it(packed: bytes) -> bool:
+      nonlocal whole
+      if len(packed) * 10 <= len(data): return True   # a whole payload compresses to a third or so
+      if whole is None: whole = zlib.compress(data, 1)
+      return len(packed) <= DELTA_GAIN * len(whole)
+    if current is not None and worth_it(packed := _deflate(data, current[1])):
+      self._insert_blob(sha, data, packed, current[0])
+      return sha
+    if (earlier := self._candidates.get(role)) is not None:
+      zdict = DICTIONARY_MARK + earlier[:DICTIONARY_BYTES - len(DICTIONARY_MARK)]
+      if worth_it(packed := _deflate(data, zdict)):
+        dictionary = self.blob_sha(zdict)
+        self._insert_blob(dictionary, zdict, zlib.compress(zdict, 1))
+        self._insert_blob(sha, data, packed, dictionary)
+        self._pending_bases[role] = (dictionary, zdict)
+        return sha
+    self._insert_blob(sha, data, whole if whole is not None else zlib.compress(data, 1))
+    self._candidates[role] = data
     return sha
 
-  def get_blob(self, sha: str) -> bytes:
-    """The blob's bytes, decompressed with a size limit and checked against the hash they are stored under."""
-    row = self.conn.execute("SELECT data FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
-    if row is None: raise BlobError(f"blob {str(sha)[:12]} is missing from {self.path}")
+  def _insert_blob(self, sha: str, data: bytes, packed: bytes, base: Optional[str] = None) -> None:
+    self.conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data, base) VALUES (?, ?, ?, ?)",
+                      (sha, len(data), packed, base))
+
+  def _committed(self, shas: Iterable[str]) -> None:
+    """After a commit: the blobs are in the file, and the dictionaries made are their roles' current ones."""
+    self._known_blobs.update(shas)
+    self._bases.update(self._pending_bases)
+    self._pending_bases.clear()
+
+  def _inflate(self, sha: str, packed: bytes, zdict: Optional[bytes] = None) -> bytes:
     limit = max_blob_bytes()
     try:
-      inflate = zlib.decompressobj()
-      data = inflate.decompress(row[0], limit + 1)
+      inflate = zlib.decompressobj(zdict=zdict) if zdict is not None else zlib.decompressobj()
+      data = inflate.decompress(packed, limit + 1)
       if not inflate.eof and len(data) <= limit: data += inflate.flush()
     except (zlib.error, TypeError) as e: raise BlobError(f"blob {str(sha)[:12]} is corrupt: {e}") from e
     if len(data) > limit: raise BlobError(f"blob {str(sha)[:12]} expands past {limit} bytes (REPLAY_MAX_BLOB_BYTES)")
@@ -263,6 +319,22 @@ class Store:
     if self.blob_sha(data) != sha:
       raise BlobError(f"blob {str(sha)[:12]} does not match its sha256 (altered or corrupt)")
     return data
+
+  def get_blob(self, sha: str) -> bytes:
+    """The blob's bytes, decompressed with a size limit and checked against the hash they are stored under (a delta
+    through its base, which must be a whole blob)."""
+    row = self.conn.execute("SELECT data, base FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
+    if row is None: raise BlobError(f"blob {str(sha)[:12]} is missing from {self.path}")
+    if row[1] is None: return self._inflate(sha, row[0])
+    if (zdict := self._dictionaries.get(row[1])) is None:
+      base = self.conn.execute("SELECT data, base FROM blobs WHERE sha256 = ?", (row[1],)).fetchone()
+      if base is None: raise BlobError(f"blob {str(sha)[:12]} is a delta of blob {str(row[1])[:12]}, which is missing")
+      if base[1] is not None:
+        raise BlobError(f"blob {str(sha)[:12]} is a delta of blob {str(row[1])[:12]}, which is a delta itself")
+      zdict = self._inflate(row[1], base[0])[:DICTIONARY_BYTES]
+      if len(self._dictionaries) >= 16: self._dictionaries.pop(next(iter(self._dictionaries)))
+      self._dictionaries[row[1]] = zdict
+    return self._inflate(sha, row[0], zdict)
 
   def blob_count(self) -> int: return self.conn.execute("SELECT count(*) FROM blobs").fetchone()[0]
 
@@ -318,6 +390,7 @@ class Store:
     try: return self._add_capture(*args, **kwargs)
     except sqlite3.IntegrityError:
       self._known_blobs.clear()
+      self._bases.clear()
       return self._add_capture(*args, **kwargs)
 
   def count_lost(self, run_id: int, n: int = 1) -> None:
@@ -325,44 +398,32 @@ class Store:
     with self.transaction(): self.conn.execute("UPDATE runs SET lost = coalesce(lost, 0) + ? WHERE id = ?", (n, run_id))
 
   def _add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes,
-                   output_data: bytes,
-                   flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None,
+                   output_data: bytes, flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None,
                    shared_blobs: Optional[dict[str, bytes]] = None) -> int:
     in_sha, out_sha = input_sha or self.blob_sha(input_data), self.blob_sha(output_data)
-    if shared_blobs:
-      return self._add_capture_with_shared(run_id, kind, key, name, location, input_data, output_data, flags, meta,
-                                           in_sha, out_sha, shared_blobs)
+    shared_blobs = shared_blobs or {}
     row = (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
            flags if isinstance(flags, str) else json.dumps(flags, sort_keys=True), json.dumps(meta) if meta else "{}")
     sql = ("INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) VALUES "
            "(?,?,?,?,?,?,?,?,?,?)")
-    if in_sha in self._known_blobs and out_sha in self._known_blobs:
+    if not shared_blobs and in_sha in self._known_blobs and out_sha in self._known_blobs:
       # both payloads are stored already: one statement is its own transaction
       try: return self.conn.execute(sql, row).lastrowid
       except sqlite3.OperationalError as e: raise self.write_error(e) from e
-    with self.transaction():
-      self._put_blob(input_data, in_sha)
-      self._put_blob(output_data, out_sha)
-      cur = self.conn.execute(sql, row)
+    try:
+      with self.transaction():
+        for sha, data in shared_blobs.items(): self._put_blob(data, sha)
+        self._put_blob(input_data, in_sha, (kind, "input"))
+        self._put_blob(output_data, out_sha, (kind, "output"))
+        capture_id = self.conn.execute(sql, row).lastrowid
+        if shared_blobs:
+          self.conn.executemany("INSERT OR IGNORE INTO capture_blobs (capture_id, sha256) VALUES (?, ?)",
+                                [(capture_id, sha) for sha in shared_blobs])
+    except BaseException:
+      self._pending_bases.clear()
+      raise
     # only after the commit: a rolled-back blob must be written again next time
-    self._known_blobs.update((in_sha, out_sha))
-    return cur.lastrowid
-
-  def _add_capture_with_shared(self, run_id, kind, key, name, location, input_data, output_data, flags, meta, in_sha,
-                               out_sha,
-                               shared_blobs: dict[str, bytes]) -> int:
-    row = (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
-           flags if isinstance(flags, str) else json.dumps(flags, sort_keys=True), json.dumps(meta) if meta else "{}")
-    with self.transaction():
-      for sha, data in shared_blobs.items(): self._put_blob(data, sha)
-      self._put_blob(input_data, in_sha)
-      self._put_blob(output_data, out_sha)
-      capture_id = self.conn.execute("INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, "
-                                     "output_sha, flags, meta) "
-                                     "VALUES (?,?,?,?,?,?,?,?,?,?)", row).lastrowid
-      self.conn.executemany("INSERT OR IGNORE INTO capture_blobs (capture_id, sha256) VALUES (?, ?)",
-                            [(capture_id, sha) for sha in shared_blobs])
-    self._known_blobs.update((in_sha, out_sha, *shared_blobs))
+    self._committed((in_sha, out_sha, *shared_blobs))
     return capture_id
 
   def shared_blob_shas(self, capture_id: int) -> list[str]:
@@ -474,9 +535,11 @@ class Store:
 
   def delete_unreferenced_blobs(self) -> int:
     with self.transaction():
-      n = self.conn.execute("DELETE FROM blobs WHERE sha256 NOT IN (SELECT input_sha FROM captures UNION SELECT "
-                            "output_sha FROM captures "
-                            "UNION SELECT sha256 FROM capture_blobs)").rowcount
+      referenced = ("SELECT input_sha FROM captures UNION SELECT output_sha FROM captures UNION SELECT sha256 FROM "
+                    "capture_blobs")
+      # a blob stays while a capture refers to it, or while a blob that stays is a delta of it
+      n = self.conn.execute(f"DELETE FROM blobs WHERE sha256 NOT IN ({referenced}) AND sha256 NOT IN "
+                            f"(SELECT base FROM blobs WHERE base IS NOT NULL AND sha256 IN ({referenced}))").rowcount
     self._known_blobs.clear()
     return n
 

@@ -33,11 +33,11 @@ def main():
     for kind in ("schedule", "kernel", "exec"):
       n = conn.execute("SELECT count(*) FROM captures WHERE run_id = ? AND kind = ?", (first_run, kind)).fetchone()[0]
       mine = "SELECT id FROM captures WHERE run_id = ? AND kind = ?"
-      total = conn.execute(f"SELECT coalesce(sum(length(data)), 0) FROM blobs WHERE sha256 IN (SELECT input_sha FROM "
-                           f"captures WHERE id IN ({mine}) "
-                           f"UNION SELECT output_sha FROM captures WHERE id IN ({mine}) UNION SELECT sha256 FROM "
-                           f"capture_blobs WHERE capture_id IN ({mine}))",
-                           (first_run, kind) * 3).fetchone()[0]
+      refs = (f"SELECT input_sha FROM captures WHERE id IN ({mine}) UNION SELECT output_sha FROM captures WHERE id IN "
+              f"({mine}) UNION SELECT sha256 FROM capture_blobs WHERE capture_id IN ({mine})")
+      # with the zlib dictionaries the kind's deltas were compressed with
+      total = conn.execute(f"SELECT coalesce(sum(length(data)), 0) FROM blobs WHERE sha256 IN ({refs}) OR sha256 IN "
+                           f"(SELECT base FROM blobs WHERE sha256 IN ({refs}))", (first_run, kind) * 6).fetchone()[0]
       per_kind[kind] = (n, total)
     conn.close()
     size = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp) if f.startswith("bench.db"))

@@ -158,3 +158,74 @@ def test_a_writer_restores_blobs_a_prune_removed_meanwhile(tmp_path):
   writer.add_capture(run, "kernel", "k2", "n", "l", b"shared-in", b"shared-out", {})   # stored again, not lost
   (cap,) = [c for c in writer.captures(run_ids=[run]) if c["key"] == "k2"]
   assert writer.get_blob(cap["input_sha"]) == b"shared-in" and writer.get_blob(cap["output_sha"]) == b"shared-out"
+
+
+def _payload(step: int) -> bytes:
+  """A training step's payload: the same structure every step, a few numbers differ."""
+  import pickle
+  return pickle.dumps([("node", i, "ADD" if i % 3 else "MUL", (i - 1, i - 2), step if i % 50 == 0 else i)
+                       for i in range(400)])
+
+
+def _base(store: Store, sha: str):
+  return store.conn.execute("SELECT base FROM blobs WHERE sha256 = ?", (sha,)).fetchone()[0]
+
+
+def test_payloads_alike_are_stored_as_deltas_and_read_back_exactly(tmp_path):
+  import zlib
+  s = Store(str(tmp_path / "r.db"))
+  run = s.add_run(argv="[]")
+  for step in range(6): s.add_capture(run, "schedule", f"k{step}", "n", "l", _payload(step), b"o" * 300, {})
+  inputs = [c["input_sha"] for c in s.captures(run_ids=[run])]
+  assert _base(s, inputs[0]) is None   # the first is stored whole: a payload seen once costs no dictionary
+  (dictionary,) = {_base(s, sha) for sha in inputs[1:]}   # one dictionary, made of the first payload's bytes
+  assert _base(s, dictionary) is None and dictionary not in {c["output_sha"] for c in s.captures()} | set(inputs)
+  whole = len(zlib.compress(_payload(1), 1))
+  sizes = [s.conn.execute("SELECT length(data) FROM blobs WHERE sha256 = ?", (sha,)).fetchone()[0]
+           for sha in inputs[1:]]
+  assert all(size * 5 < whole for size in sizes), (whole, sizes)
+  fresh = Store(str(tmp_path / "r.db"))   # another connection reads them without this one's memory
+  for step, sha in enumerate(inputs): assert fresh.get_blob(sha) == _payload(step)
+  # the kinds do not mix: a kernel's payload is no delta of a schedule's dictionary
+  for key in ("k1", "k2"): s.add_capture(run, "kernel", key, "n", "l", _payload(9 + len(key)) + key.encode(), b"x", {})
+  assert [_base(s, c["input_sha"]) is None for c in s.captures(kinds=["kernel"])] == [True, False]
+  assert _base(s, s.captures(kinds=["kernel"])[1]["input_sha"]) != dictionary
+
+
+def test_a_damaged_payload_fails_alone_and_a_damaged_dictionary_is_named(tmp_path):
+  import zlib
+  from db import BlobError
+  s = Store(str(tmp_path / "r.db"))
+  run = s.add_run(argv="[]")
+  for step in range(3): s.add_capture(run, "schedule", f"k{step}", "n", "l", _payload(step), b"o", {})
+  first, second, third = (c["input_sha"] for c in s.captures(run_ids=[run]))
+  dictionary = _base(s, second)   # made of the first payload's bytes; the first itself is whole
+  s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (zlib.compress(b"tampered"), first))
+  with pytest.raises(BlobError, match="does not match its sha256"): Store(s.path).get_blob(first)
+  assert Store(s.path).get_blob(second) == _payload(1)   # the others read through the dictionary, not the payload
+  s.conn.execute("UPDATE blobs SET base = ? WHERE sha256 = ?", (second, third))
+  with pytest.raises(BlobError, match="which is a delta itself"): Store(s.path).get_blob(third)
+  s.conn.execute("PRAGMA foreign_keys = OFF")
+  s.conn.execute("DELETE FROM blobs WHERE sha256 = ?", (dictionary,))
+  with pytest.raises(BlobError, match=f"is a delta of blob {dictionary[:12]}, which is missing"):
+    Store(s.path).get_blob(second)
+
+
+def test_a_prune_keeps_the_dictionary_of_a_blob_it_keeps_and_a_writer_never_points_at_a_removed_one(tmp_path):
+  path = str(tmp_path / "r.db")
+  writer, pruner = Store(path), Store(path)
+  old, new = writer.add_run(argv="[]"), writer.add_run(argv="[]")
+  writer.add_capture(old, "schedule", "k0", "n", "l", _payload(0), b"o", {})
+  writer.add_capture(new, "schedule", "k1", "n", "l", _payload(1), b"o", {})   # shares the old run's dictionary
+  dictionary = _base(writer, writer.captures(run_ids=[new])[0]["input_sha"])
+  pruner.delete_runs([old])
+  (cap,) = pruner.captures()
+  assert _base(pruner, cap["input_sha"]) == dictionary and pruner.get_blob(cap["input_sha"]) == _payload(1)
+  pruner.delete_runs([new])
+  assert pruner.blob_count() == 0                            # the dictionary goes with the last blob made with it
+  later = writer.add_run(argv="[]")
+  writer.add_capture(later, "schedule", "k2", "n", "l", _payload(2), b"o", {})   # its dictionary is gone: made again
+  (cap,) = writer.captures(run_ids=[later])
+  again = _base(writer, cap["input_sha"])
+  assert again is not None and writer.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (again,)).fetchone()
+  assert Store(path).get_blob(cap["input_sha"]) == _payload(2)
