@@ -331,7 +331,9 @@ class Store:
       if base is None: raise BlobError(f"blob {str(sha)[:12]} is a delta of blob {str(row[1])[:12]}, which is missing")
       if base[1] is not None:
         raise BlobError(f"blob {str(sha)[:12]} is a delta of blob {str(row[1])[:12]}, which is a delta itself")
-      zdict = self._inflate(row[1], base[0])[:DICTIONARY_BYTES]
+      try: zdict = self._inflate(row[1], base[0])[:DICTIONARY_BYTES]
+      except BlobError as e:
+        raise BlobError(f"blob {str(sha)[:12]} is a delta of blob {str(row[1])[:12]}, which cannot be read: {e}") from e
       if len(self._dictionaries) >= 16: self._dictionaries.pop(next(iter(self._dictionaries)))
       self._dictionaries[row[1]] = zdict
     return self._inflate(sha, row[0], zdict)

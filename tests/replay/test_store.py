@@ -203,6 +203,9 @@ def test_a_damaged_payload_fails_alone_and_a_damaged_dictionary_is_named(tmp_pat
   s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (zlib.compress(b"tampered"), first))
   with pytest.raises(BlobError, match="does not match its sha256"): Store(s.path).get_blob(first)
   assert Store(s.path).get_blob(second) == _payload(1)   # the others read through the dictionary, not the payload
+  s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (zlib.compress(b"not the dictionary"), dictionary))
+  with pytest.raises(BlobError, match=f"is a delta of blob {dictionary[:12]}, which cannot be read: .*sha256"):
+    Store(s.path).get_blob(second)
   s.conn.execute("UPDATE blobs SET base = ? WHERE sha256 = ?", (second, third))
   with pytest.raises(BlobError, match="which is a delta itself"): Store(s.path).get_blob(third)
   s.conn.execute("PRAGMA foreign_keys = OFF")
