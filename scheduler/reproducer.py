@@ -73,17 +73,21 @@ def refilled(buffer: UOp, value: np.ndarray) -> UOp:
 
 
 def bypasses(graph: UOp) -> list[tuple]:
-  """(node, source) pairs where the source could stand in the node's place: same shape, dtype and device."""
+  """(node, source) pairs where the source could stand in the node's place: same shape, dtype and device. An assign
+  can give way to its value (the write goes, the computation stays) or to its target (the write goes, readers see the
+  old contents): what is left of an ordering bug once the writes it does not need are gone."""
   out = []
   for u in graph.toposort:
-    if u.op in _NOT_CUT or is_input(u) or u.op is Ops.VIEW: continue
+    if (u.op in _NOT_CUT and u.op is not Ops.ASSIGN) or is_input(u) or u.op is Ops.VIEW: continue
     shape = _concrete_shape(u)
     if shape is None: continue
-    for s in u.src:
-      if s.dtype == u.dtype and s.op not in _STRUCTURE and _concrete_shape(s) == shape and \
+    for s in (u.src[::-1] if u.op is Ops.ASSIGN else u.src):
+      # an assign's target may be its bare buffer: a realized tensor whose view is the plain one of its size
+      if s.dtype == u.dtype and (s.op not in _STRUCTURE or u.op is Ops.ASSIGN and s.op is Ops.BUFFER) and \
+         _concrete_shape(s) == shape and \
          getattr(s, "device", None) == getattr(u, "device", None):
         out.append((u, s))
-        break
+        if u.op is not Ops.ASSIGN: break
   return out
 
 

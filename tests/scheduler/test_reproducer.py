@@ -68,6 +68,17 @@ def test_bypasses_pair_a_node_with_a_source_of_its_shape_and_dtype():
   assert one.op is Ops.SINK and one.src == graph.src[:1]
 
 
+def test_an_assign_can_give_way_to_its_value_or_its_target():
+  w = Tensor(np.ones(4, np.float32)).realize()
+  step = w.assign(w * 0.5 + 1)
+  graph = (step + 1).lazydata.sink()
+  (assign,) = [u for u in graph.toposort if u.op is Ops.ASSIGN]
+  options = [source for node, source in reproducer.bypasses(graph) if node is assign]
+  assert options == [assign.src[1], assign.src[0]]   # the value first: the computation stays, the write goes
+  np.testing.assert_allclose(Tensor(reproducer.substitute(graph, {assign: options[0]}).src[0]).numpy(), 2.5)
+  np.testing.assert_allclose(Tensor(reproducer.substitute(graph, {assign: options[1]}).src[0]).numpy(), 2.0)
+
+
 def test_resized_gives_every_axis_of_an_extent_a_smaller_one_and_computes_on_the_leading_elements():
   rng = np.random.default_rng(1)
   x, w = rng.standard_normal((6, 8), dtype=np.float32), rng.standard_normal((8, 4), dtype=np.float32)
