@@ -177,7 +177,7 @@ class Store:
     self._known_blobs: set[str] = set()
     self._bases: dict[tuple, tuple[str, bytes]] = {}           # role -> (sha256, bytes) of its current dictionary
     self._pending_bases: dict[tuple, tuple[str, bytes]] = {}   # written in the open transaction
-    self._candidates: dict[tuple, bytes] = {}                  # role -> its last payload stored whole
+    self._candidates: dict[tuple, bytes] = {}                  # role -> the start of its last payload stored whole
     self._dictionaries: dict[str, bytes] = {}                  # bases read lately
     if self._version() != SCHEMA_VERSION: self._migrate()
 
@@ -294,7 +294,7 @@ class Store:
         self._pending_bases[role] = (dictionary, zdict)
         return sha
     self._insert_blob(sha, data, whole if whole is not None else zlib.compress(data, 1))
-    self._candidates[role] = data
+    self._candidates[role] = data[:DICTIONARY_BYTES]
     return sha
 
   def _insert_blob(self, sha: str, data: bytes, packed: bytes, base: Optional[str] = None) -> None:

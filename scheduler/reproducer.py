@@ -11,7 +11,7 @@ import math, re
 from typing import Any, Optional
 import numpy as np
 from scheduler.dtype import dtypes, to_np_dtype
-from scheduler.ops import UOp, Ops
+from scheduler.ops import UOp, Ops, GroupOp
 
 # nodes that are not values of their own: they carry a device, storage, a view of nothing or the graph's outputs
 _STRUCTURE = {Ops.SINK, Ops.DEVICE, Ops.BUFFER}
@@ -40,13 +40,22 @@ def _reads_buffers(graph: UOp) -> set:
   return reading
 
 
+def _computes(graph: UOp) -> set:
+  """Nodes with arithmetic or a reduce among their sources (an arange, random bits), not mere views of constants."""
+  computing: set = set()
+  for u in graph.toposort:
+    if u.op in GroupOp.ALU or u.op is Ops.REDUCE_AXIS or any(s in computing for s in u.src): computing.add(u)
+  return computing
+
+
 def cut_points(graph: UOp) -> list:
   """Nodes that can be replaced by an input holding their value, sources first: computed, of a concrete shape on one
-  plain device, depending on some buffer."""
-  reading = _reads_buffers(graph)
+  plain device, depending on some buffer or computed from constants (a constant broadcast stays as it is: an input
+  would say less)."""
+  worth = _reads_buffers(graph) | _computes(graph)
   out = []
   for u in graph.toposort:
-    if u.op in _NOT_CUT or u.dtype == dtypes.void or is_input(u) or u not in reading: continue
+    if u.op in _NOT_CUT or u.dtype == dtypes.void or is_input(u) or u not in worth: continue
     if _concrete_shape(u) is None or not isinstance(getattr(u, "device", None), str): continue
     if u.device.startswith("DISK"): continue
     out.append(u)
@@ -313,7 +322,20 @@ def constants(graph: UOp) -> list[tuple]:
           isinstance(u.arg, (int, float)) and math.isfinite(u.arg) and u.arg not in (0, 1, -1, 2)]
 
 
+def _divisors(graph: UOp) -> set:
+  """Constants an integer division or modulo divides by (through reshapes, expands and casts)."""
+  found = set()
+  for u in graph.toposort:
+    if u.op in (Ops.IDIV, Ops.MOD):
+      d = u.src[1]
+      while d.op in (Ops.RESHAPE, Ops.EXPAND, Ops.CAST): d = d.src[0]
+      found.add(d)
+  return found
+
+
 def with_constant(graph: UOp, node: UOp, value) -> UOp:
-  """The graph with the constant `node` holding `value` (cast to its dtype's kind) instead."""
+  """The graph with the constant `node` holding `value` (cast to its dtype's kind) instead; the graph itself when
+  that would divide by zero (undefined in C: not a simpler program)."""
   value = float(value) if dtypes.is_float(node.dtype) else int(value)
+  if value == 0 and node in _divisors(graph): return graph
   return graph.substitute({node: node.replace(arg=value)})

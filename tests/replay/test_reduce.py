@@ -83,6 +83,12 @@ def test_constants_become_the_simplest_numbers_that_keep_the_difference():
   assert sorted(u.arg for u in out.toposort if u.op.name == "CONST") == [0.0, 2.0]
   assert sut.contract().reduction().constants(out) == []
   assert rd.simple_numbers(5.5) == [0, 1, 2, -1, 6] and rd.simple_numbers(-3) == [0, 1, 2, -1]
+  # a divisor is never made 0 (undefined in C)
+  i = Tensor(np.arange(8, dtype=np.int32)).realize()
+  halves = (i // 3).lazydata.sink()
+  prims = sut.contract().reduction()
+  ((three, _),) = prims.constants(halves)
+  assert prims.with_constant(halves, three, 0) is halves and prims.with_constant(halves, three, 1) is not halves
 
 
 def test_a_graph_that_does_not_differ_is_refused_with_the_reason():
