@@ -45,8 +45,15 @@ DELTA_GAIN = 0.8               # a delta is kept when it is at most this part of
 MIN_DICTIONARY_BYTES = 256     # smaller payloads are stored as they are
 
 
-def _deflate(data: bytes, zdict: bytes) -> bytes:
-  squeeze = zlib.compressobj(1, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, zdict)
+def _window_bits(size: int) -> int:
+  """The zlib window for a payload of `size` bytes: about its size (setting up a 32 KB window and dictionary took
+  longer than compressing a 1 KB kernel payload)."""
+  return min(15, max(10, size.bit_length() + 1))
+
+
+def _deflate(data: bytes, zdict: Optional[bytes] = None) -> bytes:
+  bits = _window_bits(len(data))
+  squeeze = zlib.compressobj(1, zlib.DEFLATED, bits, 6, zlib.Z_DEFAULT_STRATEGY, *([zdict] if zdict else []))
   return squeeze.compress(data) + squeeze.flush()
 
 
@@ -280,20 +287,21 @@ class Store:
     def worth_it(packed: bytes) -> bool:
       nonlocal whole
       if len(packed) * 10 <= len(data): return True   # a whole payload compresses to a third or so
-      if whole is None: whole = zlib.compress(data, 1)
+      if whole is None: whole = _deflate(data)
       return len(packed) <= DELTA_GAIN * len(whole)
     if current is not None and worth_it(packed := _deflate(data, current[1])):
       self._insert_blob(sha, data, packed, current[0])
       return sha
     if (earlier := self._candidates.get(role)) is not None:
-      zdict = DICTIONARY_MARK + earlier[:DICTIONARY_BYTES - len(DICTIONARY_MARK)]
+      # as large as the window of this size of payload (a role is one size class)
+      zdict = DICTIONARY_MARK + earlier[:(1 << _window_bits(len(data))) - len(DICTIONARY_MARK)]
       if worth_it(packed := _deflate(data, zdict)):
         dictionary = self.blob_sha(zdict)
         self._insert_blob(dictionary, zdict, zlib.compress(zdict, 1))
         self._insert_blob(sha, data, packed, dictionary)
         self._pending_bases[role] = (dictionary, zdict)
         return sha
-    self._insert_blob(sha, data, whole if whole is not None else zlib.compress(data, 1))
+    self._insert_blob(sha, data, whole if whole is not None else _deflate(data))
     self._candidates[role] = data[:DICTIONARY_BYTES]
     return sha
 
