@@ -192,15 +192,20 @@ class Reducer:
     return values
 
   def cut(self, graph):
-    """Replace subgraphs by inputs holding their base values: chunks of cut points, upstream first, halving the chunk
-    size when no chunk keeps the difference (ddmin)."""
-    values = self.base_values(self.prims.cut_points(graph))
+    """Replace subgraphs by inputs holding their base values: first those that read buffers, then (time left) those
+    computed from constants alone."""
+    graph = self.cut_some(graph, False)
+    return self.cut_some(graph, True) if self.time_left() else graph
+
+  def cut_some(self, graph, from_constants: bool):
+    """Chunks of cut points, upstream first, halving the chunk size when no chunk keeps the difference (ddmin)."""
+    values = self.base_values(self.prims.cut_points(graph, from_constants))
     inputs: dict = {}
 
     def input_of(node):
       if node not in inputs: inputs[node] = self.prims.as_input(node, values[node])
       return inputs[node]
-    points = [p for p in self.prims.cut_points(graph) if p in values]
+    points = [p for p in self.prims.cut_points(graph, from_constants) if p in values]
     n = 2
     while len(points) > 0 and self.time_left():
       size = -(-len(points) // n)
@@ -211,7 +216,7 @@ class Reducer:
         if candidate is graph: continue
         if self.check(candidate) is not None:
           graph = candidate
-          points = [p for p in self.prims.cut_points(graph) if p in values]
+          points = [p for p in self.prims.cut_points(graph, from_constants) if p in values]
           n = max(n - 1, 2)
           break
       else:

@@ -48,17 +48,13 @@ def _computes(graph: UOp) -> set:
   return computing
 
 
-# values computed from constants alone are cut points only in graphs up to this size: in a large graph they are
-# many (every arange and random draw) and computing their values at the base took the whole budget
-CONSTANT_CUTS_UP_TO = 500
-
-
-def cut_points(graph: UOp) -> list:
+def cut_points(graph: UOp, from_constants: bool = False) -> list:
   """Nodes that can be replaced by an input holding their value, sources first: computed, of a concrete shape on one
-  plain device, depending on some buffer or (in a graph of at most CONSTANT_CUTS_UP_TO nodes) computed from constants
-  (a constant broadcast stays as it is: an input would say less)."""
-  worth = _reads_buffers(graph)
-  if len(graph.toposort) <= CONSTANT_CUTS_UP_TO: worth |= _computes(graph)
+  plain device, depending on some buffer; with `from_constants`, those computed from constants alone instead (an
+  arange, random bits: many in a large graph, so the reduction tries them after the others; a constant broadcast
+  stays as it is, an input would say less)."""
+  reading = _reads_buffers(graph)
+  worth = _computes(graph) - reading if from_constants else reading
   out = []
   for u in graph.toposort:
     if u.op in _NOT_CUT or u.dtype == dtypes.void or is_input(u) or u not in worth: continue

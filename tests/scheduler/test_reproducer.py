@@ -59,8 +59,10 @@ def test_cut_points_are_computed_nodes_and_an_input_takes_a_nodes_place():
   np.testing.assert_allclose(Tensor(cut.src[0]).numpy(), out.numpy(), rtol=1e-6)
   # a value computed from constants alone (an arange, random bits) can be cut too; a broadcast constant cannot
   counted = (Tensor.arange(6) * 3).lazydata.sink()
-  assert any(p.op is Ops.MUL for p in reproducer.cut_points(counted))
-  assert not reproducer.cut_points(Tensor.full((4,), 2.0).lazydata.sink())
+  assert not reproducer.cut_points(counted) and any(p.op is Ops.MUL for p in reproducer.cut_points(counted, True))
+  assert set(points).isdisjoint(reproducer.cut_points(graph, True))   # the two kinds do not overlap
+  broadcast = Tensor.full((4,), 2.0).lazydata.sink()
+  assert not reproducer.cut_points(broadcast) and not reproducer.cut_points(broadcast, True)
 
 
 def test_bypasses_pair_a_node_with_a_source_of_its_shape_and_dtype():
