@@ -21,6 +21,9 @@ from replay.compare import DEFAULT_TOLERANCES, ast_text, compare_exec
 
 INLINE_ELEMENTS = 64       # inputs and expected outputs up to this size are written into the test file
 VALUE_CHUNK = 64           # cut-point values are computed this many nodes at a time
+# values computed from constants (every arange and random draw) are cut in graphs up to this size: in the 4,319-node
+# graph of a training step computing their values at the base took most of the budget
+CONSTANT_CUT_NODES = 2000
 ROOT_SCAN = 40             # up to this many candidate roots are tried one by one, smallest first; more are bisected
 
 
@@ -192,10 +195,11 @@ class Reducer:
     return values
 
   def cut(self, graph):
-    """Replace subgraphs by inputs holding their base values: first those that read buffers, then (time left) those
-    computed from constants alone."""
+    """Replace subgraphs by inputs holding their base values: first those that read buffers, then (time left, and the
+    graph at most CONSTANT_CUT_NODES) those computed from constants alone."""
     graph = self.cut_some(graph, False)
-    return self.cut_some(graph, True) if self.time_left() else graph
+    if self.time_left() and self.prims.size(graph) <= CONSTANT_CUT_NODES: graph = self.cut_some(graph, True)
+    return graph
 
   def cut_some(self, graph, from_constants: bool):
     """Chunks of cut points, upstream first, halving the chunk size when no chunk keeps the difference (ddmin)."""
