@@ -22,8 +22,9 @@ from replay.compare import DEFAULT_TOLERANCES, ast_text, compare_exec
 INLINE_ELEMENTS = 64       # inputs and expected outputs up to this size are written into the test file
 VALUE_CHUNK = 64           # cut-point values are computed this many nodes at a time
 # values computed from constants (every arange and random draw) are cut in graphs up to this size: in the 4,319-node
-# graph of a training step computing their values at the base took most of the budget
-CONSTANT_CUT_NODES = 2000
+# graph of a training step, computing their values at the base took most of the budget, and cutting them while the
+# graph is large left it larger in the end (c_recip_epsilon: 13 nodes with 500, 34 with 2,000)
+CONSTANT_CUT_NODES = 500
 ROOT_SCAN = 40             # up to this many candidate roots are tried one by one, smallest first; more are bisected
 
 
