@@ -214,6 +214,7 @@ def compare_arrays(captured: np.ndarray, replayed: np.ndarray, tolerances: Optio
     rel_err = np.where(finite, abs_err / np.maximum(np.abs(a), 1e-30), 0.0)
   bad = ~(same_special | (finite & (abs_err <= atol + rtol * np.abs(a))))
   metrics = {"max_abs_err": float(abs_err.max()), "max_rel_err": float(rel_err.max()), "mismatches": int(bad.sum())}
+  if (special := int((bad & ~finite).sum())): metrics["nonfinite"] = special   # the errors above are over finite pairs
   # drift: elements inside the tolerance that are not the same bits (NaNs of any payload count as equal)
   bits = _BITS[captured.itemsize]
   drifted = ~bad & ~(np.isnan(a) & np.isnan(b)) & (captured.view(bits) != replayed.view(bits))
@@ -262,7 +263,8 @@ def compare_exec(captured: dict, replayed: dict, tolerances: Optional[dict] = No
     if not ok:
       detail = (m.get("reason")
                 or f"{m['mismatches']} of {np.asarray(c).size} elements differ, max abs err {m['max_abs_err']:.3g}, "
-                   f"max rel err {m['max_rel_err']:.3g}")
+                   f"max rel err {m['max_rel_err']:.3g}"
+                + (f" ({m['nonfinite']} of them nan or inf against another value)" if m.get("nonfinite") else ""))
       name = f" ({names[i]})" if names and i < len(names) else f" ({np.asarray(c).dtype}{list(np.asarray(c).shape)})"
       lines.append(f"output {i}{name}: {detail}")
       if "reason" not in m:

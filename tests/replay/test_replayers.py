@@ -30,6 +30,12 @@ def test_numeric_policy():
   assert not ok and "int64" in m["reason"]
   ok, _ = compare_arrays(np.array([np.inf], np.float32), np.array([-np.inf], np.float32))
   assert not ok
+  # nan or inf against another value: the error metrics cover finite pairs, and the message says how many are not
+  from replay.compare import compare_exec
+  got = compare_exec({"outputs": [np.array([np.nan, 1.0, 2.0], np.float32)]},
+                     {"outputs": [np.array([8e-45, 1.0, 2.5], np.float32)]})
+  assert got.status == "mismatch" and "2 of 3 elements differ, max abs err 0.5" in got.diff
+  assert "(1 of them nan or inf against another value)" in got.diff
   ok, _ = compare_arrays(np.array([1.0], np.float32), np.array([1.5], np.float32), {"float32": (0.5, 0.0)})
   assert ok
 
