@@ -8,8 +8,7 @@ outputs that mismatch (exec captures) or kernels that differ (schedule captures)
 the smallest inner node that still differs the output, replace subgraphs by inputs that hold their values at the
 base (delta debugging over the cut points, upstream first), skip nodes whose source can stand in their place; again
 until none shrinks the graph; then give the axes the smallest extents, the constants and each input the simplest
-values that keep the difference. The result is
-checked once more as a pytest file run with each tree.
+values that keep the difference. The result is checked once more as a pytest file run with each tree.
 """
 from __future__ import annotations
 import base64, json, math, os, pathlib, selectors, subprocess, sys, tempfile, time
@@ -23,7 +22,7 @@ INLINE_ELEMENTS = 64       # inputs and expected outputs up to this size are wri
 VALUE_CHUNK = 64           # cut-point values are computed this many nodes at a time
 # values computed from constants (every arange and random draw) are cut in graphs up to this size: in the 4,319-node
 # graph of a training step, computing their values at the base took most of the budget, and cutting them while the
-# graph is large left it larger in the end (c_recip_epsilon: 13 nodes with 500, 34 with 2,000)
+# graph is large left it larger in the end (c_recip_epsilon: 11 nodes with 500, 34 with 2,000)
 CONSTANT_CUT_NODES = 500
 ROOT_SCAN = 40             # up to this many candidate roots are tried one by one, smallest first; more are bisected
 
