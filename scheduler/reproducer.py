@@ -268,10 +268,12 @@ def _buffer_shapes(graph: UOp) -> dict:
 
 
 def _resized_node(u: UOp, src: tuple, old: int, new: int) -> UOp:
-  """The node over its resized sources with its own arguments resized; raises where the sizes do not fit."""
+  """The node over its resized sources with its own arguments resized (itself when neither changes); raises where the
+  sizes do not fit."""
   from scheduler.shape.shapetracker import ShapeTracker
   arg = u.arg
-  if u.op in (Ops.RESHAPE, Ops.EXPAND): arg = _mapped(arg, old, new)
+  if is_input(u) and src != u.src: arg = ShapeTracker.from_shape(_mapped(_concrete_shape(u), old, new))
+  elif u.op in (Ops.RESHAPE, Ops.EXPAND): arg = _mapped(arg, old, new)
   elif u.op is Ops.SHRINK:
     before, after = _concrete_shape(u.src[0]), _concrete_shape(src[0])
     arg = tuple((0, a) if (b, e) == (0, d) else (b, e) for (b, e), d, a in zip(arg, before, after))
@@ -303,13 +305,7 @@ def resized(graph: UOp, old: int, new: int) -> Optional[UOp]:
           data = u.buffer.numpy() if u.realized is not None else np.zeros(u.size, to_np_dtype(u.dtype))
           done[u] = refilled(u, _leading(data, shape, old, new).reshape(-1))
         continue
-      src = tuple(done[s] for s in u.src)
-      if is_input(u) and src != u.src:
-        from scheduler.shape.shapetracker import ShapeTracker
-        done[u] = u.replace(src=src, arg=ShapeTracker.from_shape(_mapped(_concrete_shape(u), old, new)))
-      elif src == u.src and not (u.op in (Ops.RESHAPE, Ops.EXPAND) and old in u.arg) and \
-          not (u.op is Ops.VIEW and u.dtype == dtypes.void and old in (_concrete_shape(u) or ())): done[u] = u
-      else: done[u] = _resized_node(u, src, old, new)
+      done[u] = _resized_node(u, tuple(done[s] for s in u.src), old, new)
       if done[u].op not in _STRUCTURE: done[u].st   # raises on sources of different shapes
   except (ValueError, AssertionError, TypeError, IndexError, KeyError): return None
   out = done[graph]
