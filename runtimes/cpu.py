@@ -253,8 +253,10 @@ def render_c(prg: Program) -> str:
   indent = 1
 
   def line(s: str): lines.append("  " * indent + s)
+  vectors: dict[DType, str] = {}
   for i, x in enumerate(prg.instrs):
     op, ctype = x.op, _ctype.get(x.dtype, "void")
+    if x.dtype.count > 1: ctype = vectors.setdefault(x.dtype, _vector_typedef(x.dtype))
     s = [names[j] for j in x.src]
     if op is Ops.CONST: names[i] = render_const(x.arg, x.dtype)
     elif op is Ops.DEFINE_GLOBAL: names[i] = f"data{_c_index(x.arg, 'buffer index')}"
@@ -270,6 +272,16 @@ def render_c(prg: Program) -> str:
       names[i] = f"acc{i}"
       line(f"{ctype} acc{i} = {s[0]};")
     elif op is Ops.ASSIGN: line(f"{s[0]} = {s[1]};")
+    elif op is Ops.LOAD and x.dtype.count > 1:
+      names[i] = f"val{i}"
+      read = f"memcpy(&val{i}, {s[0]} + {s[1]}, sizeof(val{i}));"
+      line(f"{ctype} val{i}; {read}" if s[2] == "1" else f"{ctype} val{i} = {{0}}; if ({s[2]}) {read}")
+    elif op is Ops.VECTORIZE:
+      names[i] = f"alu{i}"
+      line(f"{ctype} alu{i} = {{{', '.join(s)}}};")
+    elif op is Ops.GEP:
+      names[i] = f"alu{i}"
+      line(f"{ctype} alu{i} = {s[0]}[{_c_index(x.arg, 'vector lane')}];")
     elif op is Ops.LOAD:
       names[i] = f"val{i}"
       read = f"{s[0]}[{s[1]}]"
@@ -288,11 +300,23 @@ def render_c(prg: Program) -> str:
            [f"int {c_identifier(v[0], 'variable name')}" for v in prg.variables]
   body = "\n".join(lines)
   unoptimized = '__attribute__((optimize("O0"))) ' if prg.steps < SMALL_KERNEL_STEPS else ""
-  return f"{_PRELUDE}\n{unoptimized}void {c_identifier(prg.name, 'kernel name')}({', '.join(params)}) {{\n{body}\n}}\n"
+  typedefs = "".join(f"typedef {_ctype[_scalar_of(dt)]} {name} __attribute__((vector_size({dt.itemsize})));\n"
+                     for dt, name in vectors.items())
+  signature = f"void {c_identifier(prg.name, 'kernel name')}({', '.join(params)})"
+  return f"{_PRELUDE}{typedefs}\n{unoptimized}{signature} {{\n{body}\n}}\n"
+
+
+def _scalar_of(vector: DType) -> DType:
+  return next(dt for dt in _ctype if dt.priority == vector.priority and dt.itemsize * vector.count == vector.itemsize)
+
+
+def _vector_typedef(dtype: DType) -> str:
+  """The name of the C vector type (gcc's and clang's vector extension) of a vector dtype."""
+  return c_identifier(dtype.name, "vector type")
 
 
 def _render_alu(op: Ops, dtype: DType, s: list[str]) -> str:
-  ct = _ctype[dtype]
+  ct = _ctype[dtype] if dtype.count == 1 else _vector_typedef(dtype)
   if op is Ops.CAST: return f"({ct})({s[0]})"
   if op in _math:
     fn = _math[op] + ("" if dtype == dtypes.float64 else "f")

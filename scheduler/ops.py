@@ -73,6 +73,8 @@ class Ops(enum.IntEnum):
   WHERE = enum.auto(); MULACC = enum.auto()
   # lowering
   RANGE = enum.auto(); ENDRANGE = enum.auto(); SPECIAL = enum.auto()
+  # vector lanes of a lowered program: a vector made of scalars, and one scalar of a vector (arg: its lane)
+  VECTORIZE = enum.auto(); GEP = enum.auto()
 
 
 

@@ -6,7 +6,7 @@ Sits between the scheduler (which makes the AST) and a renderer (`runtimes/cpu.p
 program depends on nothing about the device: the same AST always lowers to the same instructions.
 """
 from __future__ import annotations
-import math
+import functools, math
 from dataclasses import dataclass
 from typing import Any, Optional
 from scheduler.dtype import DType, dtypes
@@ -54,11 +54,29 @@ class _Lowerer:
     self.ranges: list[dict[int, int]] = [{}]
     self.vars: dict[str, int] = {}
     self.globals: dict[int, int] = {}
-    self.view_cache: dict[ShapeTracker, tuple[UOp, UOp]] = {}
+    self.view_cache: dict[tuple, tuple[UOp, UOp]] = {}
+    self.bounds: dict[int, tuple[int, int]] = {}   # output axis -> (start, end) of the region being lowered
+    self.computed: list[dict[tuple, int]] = [{}]    # pure instructions by content, one level per open loop
+    self.accumulators: set[int] = set()
 
   def emit(self, op: Ops, dtype: DType, src: tuple[int, ...] = (), arg: Any = None) -> int:
+    """Append an instruction; a pure one already computed in an open loop (and reading no accumulator) is reused:
+    the lanes of an upcast compute the same index expressions and loads many times over."""
+    key = None
+    if op in _PURE and not any(s in self.accumulators for s in src):
+      key = (op, dtype, src, arg)
+      for level in reversed(self.computed):
+        if (got := level.get(key)) is not None: return got
     self.instrs.append(Instr(op, dtype, src, arg))
-    return len(self.instrs) - 1
+    i = len(self.instrs) - 1
+    if key is not None: self.computed[-1][key] = i
+    if op is Ops.RANGE: self.computed.append({})
+    elif op is Ops.ENDRANGE: self.computed.pop()
+    elif op is Ops.DEFINE_ACC: self.accumulators.add(i)
+    elif op is Ops.STORE:   # a later read of the stored buffer must load again
+      for level in self.computed:
+        for k in [k for k in level if k[0] is Ops.LOAD]: del level[k]
+    return i
 
   def const(self, val, dtype: DType) -> int:
     key = (val, dtype, type(val))
@@ -100,13 +118,17 @@ class _Lowerer:
     if name not in self.vars: self.vars[name] = self.emit(Ops.DEFINE_VAR, u.dtype, (), u.arg)
     return self.vars[name]
 
+  def view_uops(self, st: ShapeTracker) -> tuple[UOp, UOp]:
+    """A view's index and valid expressions over the RANGE nodes of its axes (see `_ranges`), simplified."""
+    # the same for every lane and unroll step of a loop: simplify each view once, emit it per scope
+    if (exprs := self.view_cache.get(key := (st, tuple(self.bounds.items())))) is None:
+      idx, valid = st.to_indexed_uops(_ranges(st.shape, self.bounds))
+      exprs = self.view_cache[key] = (idx.simplify(), valid.simplify())
+    return exprs
+
   def view_exprs(self, st: ShapeTracker) -> tuple[int, int]:
-    # the simplified expressions are over RANGE nodes of the axes, the same for every lane and unroll step of a
-    # loop: simplify each view once, emit it per scope
-    if (exprs := self.view_cache.get(st)) is None:
-      idx, valid = st.to_indexed_uops(_ranges(st.shape))
-      exprs = self.view_cache[st] = (idx.simplify(), valid.simplify())
-    return self.index_expr(exprs[0]), self.index_expr(exprs[1])
+    idx, valid = self.view_uops(st)
+    return self.index_expr(idx), self.index_expr(valid)
 
   def define_global(self, g: UOp) -> int:
     if g.arg not in self.globals: self.globals[g.arg] = self.emit(Ops.DEFINE_GLOBAL, g.dtype, (), g.arg)
@@ -119,9 +141,9 @@ class _Lowerer:
     self.ranges.append({})
     opened = []
     for a in axes:
-      end = shape[a]
+      start, end = self.bounds.get(a, (0, shape[a]))
       end_id = self.const(end, dtypes.int32) if isinstance(end, int) else self.index_expr(end.simplify())
-      rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), end_id), a)
+      rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(start, dtypes.int32), end_id), a)
       self.ranges[-1][a] = rng
       opened.append(rng)
     return opened
@@ -158,16 +180,17 @@ class _Lowerer:
 
   def reduce(self, u: UOp) -> int: return self.reduce_lanes(u, [None])[0]
 
-  def in_lane(self, lane: Optional["_Lane"], fn, ranges: Optional[dict[int, int]] = None):
-    """Run fn with a lane's scope and ranges on top (None: the current ones), then, with `ranges`, a fresh scope
-    for values that hold only inside the current loop iteration."""
+  def in_lane(self, lane: Optional["_Lane"], fn, ranges: Optional[dict[int, int]] = None,
+              iteration: Optional[dict] = None):
+    """Run fn with a lane's scope and ranges on top (None: the current ones), then, with `ranges`, a scope for
+    values that hold only inside the current loop iteration (`iteration`, else a fresh one)."""
     pushed = 0
     if lane is not None:
       self.scopes.append(lane.scope)
       self.ranges.append(lane.ranges)
       pushed += 1
     if ranges is not None:
-      self.scopes.append({})
+      self.scopes.append({} if iteration is None else iteration)
       self.ranges.append(ranges)
       pushed += 1
     try: return fn()
@@ -176,41 +199,96 @@ class _Lowerer:
         self.scopes.pop()
         self.ranges.pop()
 
-  def reduce_lanes(self, u: UOp, lanes: list[Optional["_Lane"]]) -> list[int]:
+  def reduce_lanes(self, u: UOp, lanes: list[Optional["_Lane"]], vector_axis: Optional[int] = None) -> list[int]:
     """The reduce for each lane (one output element per lane, see `store_upcast`), in one loop nest: every lane
     keeps its own accumulators (one per unroll step; with many lanes only one, which changes the summation order
-    of floats, not the sum)."""
+    of floats, not the sum). With `vector_axis` (the lanes come in runs of VECTOR_WIDTH along that axis), a reduce
+    that reads some input contiguously along it accumulates each run as one vector (see `vector_value`)."""
     red_op, axes = u.arg
     in_shape = u.src[0].shape
     loop_axes = [a for a in axes if not _is_one(in_shape[a])]
     if red_op is Ops.ADD and len(loop_axes) == 1 and (counted := valid_count(u, loop_axes[0], in_shape)) is not None:
       return [self.in_lane(lane, lambda: self.counted(u.dtype, *counted)) for lane in lanes]
+    runs = None
+    if vector_axis is not None and self.vectorizes(u, vector_axis):
+      runs = [lanes[i:i + VECTOR_WIDTH] for i in range(0, len(lanes), VECTOR_WIDTH)]
+    dtype = u.dtype.vec(VECTOR_WIDTH) if runs else u.dtype
     identity = self.const(identity_element(red_op, u.dtype), u.dtype)
+    if runs: identity = self.emit(Ops.VECTORIZE, dtype, (identity,) * VECTOR_WIDTH)
     inner = in_shape[loop_axes[-1]] if loop_axes else None
     unroll = REDUCE_UNROLL if isinstance(inner,
                                          int) and inner % REDUCE_UNROLL == 0 and inner >= 2 * REDUCE_UNROLL else 1
     if len(lanes) > MAX_UNROLLED_LANES: unroll = 1
     # the innermost reduce loop keeps `unroll` independent accumulators, so consecutive adds do not wait on each other
-    accs = [[self.emit(Ops.DEFINE_ACC, u.dtype, (identity,)) for _ in range(unroll)] for _ in lanes]
+    accs = [[self.emit(Ops.DEFINE_ACC, dtype, (identity,)) for _ in range(unroll)] for _ in (runs or lanes)]
+
+    def step(ranges: dict) -> int:
+      if runs:
+        for run, mine in zip(runs, accs):
+          self.emit(Ops.ASSIGN, dtype, (mine[k], self.emit(red_op, dtype, (mine[k], self.vector_value(u.src[0], run,
+                                                                                                     ranges)))))
+      else:
+        for lane, mine in zip(lanes, accs): self.in_lane(lane, lambda: self.accumulate(u, red_op, mine[k]), ranges)
     opened = self.open_loops(loop_axes[:-1] if unroll > 1 else loop_axes, in_shape)
     if unroll == 1:
-      for lane, mine in zip(lanes, accs): self.in_lane(lane, lambda: self.accumulate(u, red_op, mine[0]), {})
+      k = 0
+      step({})
     else:
       last = loop_axes[-1]
       rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), self.const(inner // unroll, dtypes.int32)),
                       last)
       base = self.emit(Ops.MUL, dtypes.int32, (rng, self.const(unroll, dtypes.int32)))
-      for k in range(unroll):
-        step = self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32)))
-        for lane, mine in zip(lanes, accs):
-          self.in_lane(lane, lambda: self.accumulate(u, red_op, mine[k]), {last: step})
+      for k in range(unroll): step({last: self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32)))})
       self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
     self.close_loops(opened)
     out = []
     for mine in accs:
-      while len(mine) > 1: mine = [self.emit(red_op, u.dtype, (a, b)) for a, b in zip(mine[::2], mine[1::2])]
-      out.append(mine[0])
+      while len(mine) > 1: mine = [self.emit(red_op, dtype, (a, b)) for a, b in zip(mine[::2], mine[1::2])]
+      if runs: out.extend(self.emit(Ops.GEP, u.dtype, (mine[0],), lane) for lane in range(VECTOR_WIDTH))
+      else: out.append(mine[0])
     return out
+
+  def vectorizes(self, u: UOp, axis: int) -> bool:
+    """Whether a reduce accumulates runs of lanes along `axis` as vectors: a float32 sum or product whose value
+    loads some input contiguously along that axis (else vectors would only be assembled from scalars)."""
+    if u.arg[0] not in (Ops.ADD, Ops.MUL) or u.dtype != dtypes.float32: return False
+    return any(self.load_form(n, axis) == "contiguous" for n in _vector_nodes(u.src[0]) if n.op is Ops.LOAD)
+
+  def load_form(self, load: UOp, axis: int) -> str:
+    """How lanes along `axis` read a LOAD: "same" (one element for all), "contiguous" (neighbouring elements, one
+    validity for all) or "gather" (each lane its own)."""
+    st: ShapeTracker = load.src[1].arg
+    if axis >= len(st.shape) or _is_one(st.shape[axis]): return "same"
+    idx, valid = self.view_uops(st)
+    rng = _ranges(st.shape, self.bounds)[axis]
+    if rng in valid.toposort: return "gather"
+    if rng not in idx.toposort: return "same"
+    terms = _terms(idx)
+    if sum(1 for t in terms if t is rng) == 1 and not any(rng in t.toposort for t in terms if t is not rng):
+      return "contiguous"
+    return "gather"
+
+  def vector_value(self, value: UOp, run: list["_Lane"], ranges: dict) -> int:
+    """`value` for a run of lanes along the vector axis, as one vector: loads by their form along the axis, float32
+    adds, products, differences, negations and quotients as vector ops, anything else per lane and put together."""
+    axis = run[0].vector_axis
+    iterations = [{} for _ in run]
+    def per_lane(node: UOp) -> list[int]:
+      return [self.in_lane(lane, lambda: self.value(node), ranges, it) for lane, it in zip(run, iterations)]
+    done: dict[UOp, int] = {}
+    vector = value.dtype.vec(VECTOR_WIDTH)
+    for node in _vector_nodes(value):
+      if node.op is Ops.CONST: done[node] = self.emit(Ops.VECTORIZE, vector, (self.const(node.arg, node.dtype),) *
+                                                      VECTOR_WIDTH)
+      elif node.op is Ops.LOAD and (form := self.load_form(node, axis)) != "gather":
+        first = self.in_lane(run[0], lambda: self.value(node) if form == "same" else self.view_exprs(node.src[1].arg),
+                             ranges, iterations[0])
+        if form == "same": done[node] = self.emit(Ops.VECTORIZE, vector, (first,) * VECTOR_WIDTH)
+        else: done[node] = self.emit(Ops.LOAD, vector, (self.define_global(node.src[0]), *first))
+      elif node.op in _VECTOR_ALU and node.dtype == dtypes.float32:
+        done[node] = self.emit(node.op, vector, tuple(done[s] for s in node.src))
+      else: done[node] = self.emit(Ops.VECTORIZE, vector, tuple(per_lane(node)))
+    return done[value]
 
   def counted(self, dtype: DType, count: UOp, value) -> int:
     """The closed form of a sum of `value` over `count` valid positions (see `valid_count`), in this lane's scope."""
@@ -242,15 +320,19 @@ class _Lowerer:
     loops = []
     # the first upcast axis (unit stride) innermost: its lanes sit next to each other
     for axis, lanes in reversed(upcasts):
+      start, end = self.bounds.get(axis, (0, shape[axis]))
       rng = self.emit(Ops.RANGE, dtypes.int32,
-                      (self.const(0, dtypes.int32), self.const(shape[axis] // lanes, dtypes.int32)), axis)
+                      (self.const(0, dtypes.int32), self.const((end - start) // lanes, dtypes.int32)), axis)
       loops.append(rng)
       base = self.emit(Ops.MUL, dtypes.int32, (rng, self.const(lanes, dtypes.int32)))
+      if start: base = self.emit(Ops.ADD, dtypes.int32, (base, self.const(start, dtypes.int32)))
       steps = [self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32))) for k in range(lanes)]
       lane_indices = [done + [(axis, step)] for done in lane_indices for step in steps]
-    lane_list = [_Lane({}, dict(index)) for index in lane_indices]
+    first_axis, first_lanes = upcasts[0]
+    vector_axis = first_axis if first_lanes % VECTOR_WIDTH == 0 else None
+    lane_list = [_Lane({}, dict(index), vector_axis) for index in lane_indices]
     for red in (u for u in s.src[2].toposort if u.op is Ops.REDUCE_AXIS):
-      for lane, result in zip(lane_list, self.reduce_lanes(red, lane_list)): lane.scope[red] = result
+      for lane, result in zip(lane_list, self.reduce_lanes(red, lane_list, vector_axis)): lane.scope[red] = result
     for lane in lane_list: self.in_lane(lane, lambda: self.store(s))
     for rng in reversed(loops): self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
     self.close_loops(opened)
@@ -261,11 +343,14 @@ class _Lane:
   """One of the outputs an upcast loop iteration computes: its values so far and its index along each upcast axis."""
   scope: dict
   ranges: dict
+  vector_axis: Optional[int] = None   # the axis along which runs of VECTOR_WIDTH lanes accumulate as one vector
 
 
 UPCAST_LANES = (8, 4)        # outputs per iteration along the first upcast axis: the first that divides its extent
 SECOND_UPCAST_LANES = (4, 2)  # along a second output axis (a tile of up to 32 outputs)
 MAX_UNROLLED_LANES = 8        # with more lanes than this, reduces keep one accumulator per lane (registers run out)
+# Lanes per vector: four float32 are 16 bytes, the vector registers every x86-64 (SSE2) and arm64 (NEON) host has.
+VECTOR_WIDTH = 4
 # Upcasting multiplies a kernel's C source (and the compiler's time on it) by its lanes, and pays back only in run time:
 # a kernel doing less work than this per run (output elements times reduce extent) is not upcast, as its loop runs in
 # well under a millisecond either way while its build grows by 0.1-0.7 s. Nor is a kernel that draws random numbers:
@@ -273,12 +358,14 @@ MAX_UNROLLED_LANES = 8        # with more lanes than this, reduces keep one accu
 UPCAST_MIN_WORK = 1 << 20
 
 
-def upcast_choice(s: UOp, axes: list[int]) -> list[tuple[int, int]]:
+def upcast_choice(s: UOp, axes: list[int], bounds: Optional[dict[int, tuple[int, int]]] = None) \
+    -> list[tuple[int, int]]:
   """[(axis, lanes)] to upcast for a store, at most two axes, or []: only stores that reduce, and only when every
   reduce's result varies along output axes alone (a reduce nested in another's loop is lowered where it is used).
   The first axis is the output's unit-stride axis when its extent allows, else the innermost axis that does; the
   second is the innermost other axis whose extent allows it. Not for small or random-drawing kernels (see
-  UPCAST_MIN_WORK)."""
+  UPCAST_MIN_WORK). `bounds` are the regions of axes being lowered (see `interior`): no read is masked along them."""
+  bounds = bounds or {}
   shape = s.src[1].arg.shape
   value = s.src[2].toposort
   reduces = [u for u in value if u.op is Ops.REDUCE_AXIS]
@@ -288,10 +375,10 @@ def upcast_choice(s: UOp, axes: list[int]) -> list[tuple[int, int]]:
   if any(u.op is Ops.THREEFRY for u in value) or max(_work(r.src[0].shape) for r in reduces) < UPCAST_MIN_WORK:
     return []
   def lanes_for(axis: int, choices: tuple) -> int:
-    extent = shape[axis]
+    extent = bounds[axis][1] - bounds[axis][0] if axis in bounds else shape[axis]
     return next((n for n in choices if isinstance(extent, int) and extent % n == 0 and extent >= n), 1)
   strides = s.src[1].arg.real_strides()
-  masked = _masked_axes(value, len(shape))
+  masked = _masked_axes(s.src[2], len(shape)) - set(bounds)
   axes = [a for a in axes if a not in masked]
   chosen: list[tuple[int, int]] = []
   for axis in sorted(axes, key=lambda a: (strides[a] != 1, -a)):
@@ -306,12 +393,56 @@ def upcast_choice(s: UOp, axes: list[int]) -> list[tuple[int, int]]:
   return chosen
 
 
-def _masked_axes(value, ndim: int) -> set[int]:
+@functools.lru_cache(maxsize=256)
+def _masked_axes(value: UOp, ndim: int) -> frozenset[int]:
   """Output axes along which some read's validity changes (a padded input): each lane of such an axis would test its
   own mask on every step of the reduce, which keeps the lanes from sharing loads and from vectorizing."""
-  views = [u.arg for u in value if u.op is Ops.VIEW and isinstance(u.arg, ShapeTracker) and
+  views = [u.arg for u in value.toposort if u.op is Ops.VIEW and isinstance(u.arg, ShapeTracker) and
            any(v.mask is not None for v in u.arg.views)]
-  return {axis for st in views for axis in range(min(ndim, len(st.shape))) if st.axis_is_masked(axis)}
+  return frozenset(axis for st in views for axis in range(min(ndim, len(st.shape))) if st.axis_is_masked(axis))
+
+
+def regions(s: UOp, axes: list[int]) -> list[tuple[dict[int, tuple[int, int]], bool]]:
+  """The parts of a store's output axes to lower one after another, as (bounds, inside the interior). The whole
+  output, unless the unit-stride axis of an upcast-worthy store cannot be upcast as a whole: a padded read masks it,
+  or no lane count divides its extent. Then its interior (where no mask cuts in), in runs of as many upcast lanes as
+  fit, is lowered apart from the parts before and after it: the runs load without masks and upcast along the axis,
+  the parts beside them are lowered as the whole output would be, so every element is computed the same way."""
+  whole = [({}, False)]
+  shape, strides = s.src[1].arg.shape, s.src[1].arg.real_strides()
+  unit = [a for a in axes if strides[a] == 1 and isinstance(shape[a], int)]
+  if not unit or ((chosen := upcast_choice(s, axes)) and chosen[0][0] == unit[0]): return whole
+  axis = unit[0]
+  span = interior(s, axis) if axis in _masked_axes(s.src[2], len(shape)) else (0, shape[axis])
+  if span is None: return whole
+  start, end = span
+  # the interior in runs of the most lanes that fit, then of fewer lanes, so that the masked parts stay narrow
+  inner, at = [], start
+  for lanes in UPCAST_LANES:
+    if (runs := (end - at) // lanes) and upcast_choice(s, axes, {axis: (at, at + runs * lanes)}):
+      inner.append(({axis: (at, at + runs * lanes)}, True))
+      at += runs * lanes
+  if not inner: return whole
+  parts = [({axis: (0, start)}, False), *inner, ({axis: (at, shape[axis])}, False)]
+  return [(bounds, inside) for bounds, inside in parts if bounds[axis][1] > bounds[axis][0]]
+
+
+def interior(s: UOp, axis: int) -> Optional[tuple[int, int]]:
+  """The indices along an output axis at which every masked read of the store is valid whatever the other indices
+  are, as [start, end); None when a mask is no interval along the axis or the interval is empty."""
+  extent = s.src[1].arg.shape[axis]
+  start, end = 0, extent
+  for st in {u.arg for u in s.src[2].toposort if u.op is Ops.VIEW and isinstance(u.arg, ShapeTracker)}:
+    if axis >= len(st.shape) or all(v.mask is None for v in st.views): continue
+    ranges = _ranges(st.shape)
+    _, valid = st.to_indexed_uops(ranges)
+    valid = valid.simplify()
+    if ranges[axis].op is not Ops.RANGE or ranges[axis] not in valid.toposort: continue
+    if (interval := _interval_of(valid, ranges[axis], sint_to_uop(extent))) is None: return None
+    low, high, _ = interval
+    if not (isinstance(low.vmax, int) and isinstance(high.vmin, int)): return None
+    start, end = max(start, low.vmax), min(end, high.vmin)
+  return (start, end) if start < end else None
 
 
 def _is_one(s) -> bool: return isinstance(s, int) and s == 1
@@ -319,6 +450,15 @@ def _is_one(s) -> bool: return isinstance(s, int) and s == 1
 
 _INDEX_INNER = frozenset({*GroupOp.ALU, Ops.CAST})
 _VALUE_INNER = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST})
+_PURE = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.LOAD, Ops.VECTORIZE, Ops.GEP})
+_VECTOR_ALU = frozenset({Ops.ADD, Ops.MUL, Ops.SUB, Ops.NEG, Ops.FDIV})
+
+
+def _vector_nodes(value: UOp) -> list[UOp]:
+  """The nodes of `value` a vector evaluation visits, sources first: float32 vector ops and their sources; a node of
+  any other op is a leaf (evaluated per lane)."""
+  inner = lambda n: n.op in _VECTOR_ALU and n.dtype == dtypes.float32
+  return list(value.sources_first(lambda n: True, inner))
 
 
 
@@ -328,10 +468,12 @@ def _work(shape: tuple) -> float:
   return math.prod(d if isinstance(d, int) else math.inf for d in shape)
 
 
-def _ranges(shape: tuple) -> list[UOp]:
-  """The index of each axis of a view: the loop over it (RANGE with the axis as arg), or 0 for an axis of size 1."""
+def _ranges(shape: tuple, bounds: Optional[dict[int, tuple[int, int]]] = None) -> list[UOp]:
+  """The index of each axis of a view: the loop over it (RANGE with the axis as arg, from 0 to the extent or over the
+  axis's `bounds`), or 0 for an axis of size 1."""
+  bounds = bounds or {}
   return [UOp.const(dtypes.int32, 0) if _is_one(s)
-          else UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 0), sint_to_uop(s)), i)
+          else UOp(Ops.RANGE, dtypes.int32, tuple(sint_to_uop(b) for b in bounds.get(i, (0, s))), i)
           for i, s in enumerate(shape)]
 
 
@@ -421,12 +563,14 @@ def lower(ast: UOp) -> Program:
   for s in stores:
     out_shape = s.src[1].arg.shape
     axes = [i for i, d in enumerate(out_shape) if not _is_one(d)]
-    if (upcasts := upcast_choice(s, axes)):
-      lw.store_upcast(s, axes, upcasts)
-      continue
-    opened = lw.open_loops(axes, out_shape)
-    lw.store(s)
-    lw.close_loops(opened)
+    for lw.bounds, inside in regions(s, axes):
+      if (upcasts := upcast_choice(s, axes, lw.bounds if inside else None)):
+        lw.store_upcast(s, axes, upcasts)
+        continue
+      opened = lw.open_loops(axes, out_shape)
+      lw.store(s)
+      lw.close_loops(opened)
+    lw.bounds = {}
   globals_ = [(g.arg, g.dtype.base,
                g.dtype.size) for g in sorted({u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL},
                                              key=lambda g: g.arg)]

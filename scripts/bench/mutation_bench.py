@@ -90,8 +90,8 @@ MUTANTS = [
   bug("mod_fold_bound", SYM, "if x.vmax < c.arg: return x\n", "if x.vmax <= c.arg: return x\n"),
   bug("const_product_fold", SYM, "return inner.src[0] * (inner.src[1].arg * c.arg)",
       "return inner.src[0] * (inner.src[1].arg + c.arg)"),
-  bug("no_index_simplify", LOWER, "exprs = self.view_cache[st] = (idx.simplify(), valid.simplify())",
-      "exprs = self.view_cache[st] = (idx, valid)"),
+  bug("no_index_simplify", LOWER, "exprs = self.view_cache[key] = (idx.simplify(), valid.simplify())",
+      "exprs = self.view_cache[key] = (idx, valid)"),
   bug("load_ignores_valid", LOWER, "ret = self.emit(Ops.LOAD, u.dtype, (self.define_global(u.src[0]), idx, valid))",
       "ret = self.emit(Ops.LOAD, u.dtype, (self.define_global(u.src[0]), idx, self.const(True, dtypes.bool)))"),
   # runtimes and buffers

@@ -63,8 +63,14 @@ def test_mod_takes_coefficients_modulo_the_divisor():
 
 
 def accumulators(t: Tensor) -> int:
-  return max(sum(1 for i in lower(si.ast).instrs if i.op is Ops.DEFINE_ACC) for si in t.schedule()
+  """The most outputs a kernel of t's schedule accumulates at once (a vector accumulator holds one per lane)."""
+  return max(sum(i.dtype.count for i in lower(si.ast).instrs if i.op is Ops.DEFINE_ACC) for si in t.schedule()
              if si.ast.op is Ops.SINK)
+
+
+def only_kernel(t: Tensor):
+  (ast,) = [si.ast for si in t.schedule() if si.ast.op is Ops.SINK]
+  return ast
 
 
 @pytest.fixture
@@ -93,18 +99,53 @@ def test_small_and_random_kernels_are_not_upcast():
   assert drawing and all(sum(1 for i in lower(ast).instrs if i.op is Ops.DEFINE_ACC) <= 4 for ast in drawing)
 
 
-def test_a_padded_convolution_is_upcast_along_its_channels_not_its_masked_rows_and_columns():
+def test_a_padded_convolution_lowers_its_interior_apart_from_the_padded_border():
   """Lanes along a padded axis would each test their own mask on every step of the reduce (the C of a 16->32 3x3
-  conv over 32x32 was 57 KB and 1.5 ms); along the output channels they share one masked load of the input."""
+  conv over 32x32 was 57 KB and 1.5 ms). The columns no mask cuts into (1..30) are lowered apart, in runs of 8 and 4
+  lanes that load whole vectors without a mask; the border columns (0, 29..31) test masks, upcast along channels."""
   conv = lambda: Tensor.empty(1, 16, 32, 32).conv2d(Tensor.empty(32, 16, 3, 3), padding=1)
-  (ast,) = [si.ast for si in conv().schedule() if si.ast.op is Ops.SINK]
+  ast = only_kernel(conv())
   store = ast.src[0]
-  out_shape = store.src[1].arg.shape
-  axes = [i for i, d in enumerate(out_shape) if d != 1]
-  assert [out_shape[a] for a, _ in lowerer.upcast_choice(store, axes)] == [32]   # the 32 output channels
-  assert accumulators(conv()) == 8
-  unpadded = Tensor.empty(1, 16, 32, 32).conv2d(Tensor.empty(32, 16, 3, 3))
-  assert accumulators(unpadded) == 16   # no mask: a tile over two output axes, as before
+  axes = [i for i, d in enumerate(store.src[1].arg.shape) if d != 1]
+  parts = lowerer.regions(store, axes)
+  assert [(bounds[4], inside) for bounds, inside in parts] == [((0, 1), False), ((1, 25), True), ((25, 29), True),
+                                                                ((29, 32), False)]
+  assert lowerer.interior(store, 4) == (1, 31) and lowerer.interior(store, 3) == (1, 31)
+  assert [a for a, _ in lowerer.upcast_choice(store, axes)] == [2]            # the border: along the 32 channels
+  assert [a for a, _ in lowerer.upcast_choice(store, axes, {4: (1, 25)})] == [4, 2]   # the interior: columns first
+  instrs = lower(ast).instrs
+  vector_loads = [i for i in instrs if i.op is Ops.LOAD and i.dtype.count > 1]
+  assert vector_loads and all(instrs[i.src[2]].op is not Ops.CONST or instrs[i.src[2]].arg for i in vector_loads)
+  unpadded = only_kernel(Tensor.empty(1, 16, 32, 32).conv2d(Tensor.empty(32, 16, 3, 3)))
+  # 30 columns: runs of 8 (0..23) and 4 (24..27), the last two without upcast along them
+  assert [b[4] for b, _ in lowerer.regions(unpadded.src[0], [2, 3, 4])] == [(0, 24), (24, 28), (28, 30)]
+
+
+def test_lanes_along_the_unit_stride_axis_accumulate_as_vectors():
+  ast = only_kernel(Tensor.empty(128, 128) @ Tensor.empty(128, 128))
+  instrs = lower(ast).instrs
+  accs = [i for i in instrs if i.op is Ops.DEFINE_ACC]
+  assert len(accs) == 8 and all(i.dtype == dtypes.float32.vec(4) for i in accs)   # 4 rows x 2 vectors of 4 columns
+  assert sum(1 for i in instrs if i.op is Ops.GEP) == 32
+  # a max reduce, or an int sum, keeps scalar lanes
+  assert all(i.dtype.count == 1 for i in lower(only_kernel((Tensor.empty(256, 256, 32).max(-1)))).instrs)
+
+
+def test_pure_instructions_are_computed_once_per_loop():
+  """The lanes of a tile repeat index math and shared loads; an instruction already computed in an open loop is
+  reused (a load only until a store)."""
+  for t in (Tensor.empty(128, 128) @ Tensor.empty(128, 128),
+            Tensor.empty(1, 16, 32, 32).conv2d(Tensor.empty(32, 16, 3, 3), padding=1)):
+    instrs = lower(only_kernel(t)).instrs
+    open_keys: list[set] = [set()]
+    for i in instrs:
+      if i.op in lowerer._PURE and not any(instrs[s].op is Ops.DEFINE_ACC for s in i.src):
+        key = (i.op, i.dtype, i.src, i.arg)
+        assert not any(key in level for level in open_keys), i
+        open_keys[-1].add(key)
+      if i.op is Ops.RANGE: open_keys.append(set())
+      elif i.op is Ops.ENDRANGE: open_keys.pop()
+      elif i.op is Ops.STORE: open_keys = [{k for k in level if k[0] is not Ops.LOAD} for level in open_keys]
 
 
 rng = np.random.default_rng(5)
@@ -141,3 +182,52 @@ def test_upcast_kernels_match_numpy_and_the_other_device(device, name, upcast_an
   other = on("PYTHON" if device == "CPU" else device, lambda: make().contiguous())
   np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(got, other, rtol=1e-5, atol=1e-5)
+
+
+def conv_numpy(x, w, stride=1, padding=0, dilation=1, groups=1):
+  x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+  k = (w.shape[2] - 1) * dilation + 1
+  windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride, ::dilation,
+                                                                              ::dilation]
+  cin, cout = x.shape[1] // groups, w.shape[0] // groups
+  with np.errstate(invalid="ignore"):
+    return np.concatenate([np.einsum("nchwij,ocij->nohw", windows[:, g * cin:(g + 1) * cin],
+                                     w[g * cout:(g + 1) * cout]) for g in range(groups)], axis=1)
+
+
+WIDE = rng.standard_normal((1, 3, 9, 37)).astype(np.float32)
+W3, W5 = rng.standard_normal((8, 3, 3, 3)).astype(np.float32), rng.standard_normal((6, 3, 5, 5)).astype(np.float32)
+WG = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+W_INF = W3.copy()
+W_INF[2, 1, 0, 0], W_INF[5, 0, 2, 2] = np.inf, -np.inf   # where the padding meets them: 0 * inf is nan
+CONVS = {  # name: (program over tensors, numpy result): widths no lane count divides, masks of every border width
+  "pad1": (lambda: Tensor(WIDE).conv2d(Tensor(W3), padding=1), conv_numpy(WIDE, W3, padding=1)),
+  "pad2_k5": (lambda: Tensor(WIDE).conv2d(Tensor(W5), padding=2), conv_numpy(WIDE, W5, padding=2)),
+  "stride2": (lambda: Tensor(WIDE).conv2d(Tensor(W3), padding=1, stride=2), conv_numpy(WIDE, W3, 2, 1)),
+  "dilation2": (lambda: Tensor(WIDE).conv2d(Tensor(W3), padding=2, dilation=2), conv_numpy(WIDE, W3, 1, 2, 2)),
+  "depthwise": (lambda: Tensor(WIDE[:, :1].repeat(8, 1)).conv2d(Tensor(WG), padding=1, groups=8),
+                conv_numpy(WIDE[:, :1].repeat(8, 1), WG, padding=1, groups=8)),
+  "bias_relu": (lambda: Tensor(WIDE).conv2d(Tensor(W3), Tensor(np.arange(8, dtype=np.float32) - 4), padding=1).relu(),
+                np.maximum(conv_numpy(WIDE, W3, padding=1) + (np.arange(8, dtype=np.float32) - 4)[:, None, None], 0)),
+  "inf_weights": (lambda: Tensor(WIDE).conv2d(Tensor(W_INF), padding=1), conv_numpy(WIDE, W_INF, padding=1)),
+  "avg_pool": (lambda: Tensor(WIDE).avg_pool2d(kernel_size=3, stride=1, padding=1, count_include_pad=True),
+               conv_numpy(WIDE, np.eye(3, dtype=np.float32)[:, :, None, None] * np.full((3, 3), 1 / 9, np.float32),
+                          padding=1)),
+  "max_pool": (lambda: Tensor(WIDE).max_pool2d(kernel_size=3, stride=1, padding=1),
+               np.lib.stride_tricks.sliding_window_view(np.pad(WIDE, ((0, 0), (0, 0), (1, 1), (1, 1)),
+                                                               constant_values=-np.inf),
+                                                        (3, 3), axis=(2, 3)).max((4, 5))),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(CONVS))
+def test_padded_and_odd_width_convolutions_match_numpy_and_the_other_device(device, name, upcast_any_size):
+  """The interior, its runs of 8 and 4 lanes, and the masked border parts together give every output, with the nan
+  that a padded zero times an infinite weight makes."""
+  make, expect = CONVS[name]
+  got = on(device, lambda: make().contiguous())
+  other = on("PYTHON" if device == "CPU" else device, lambda: make().contiguous())
+  np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(got, other, rtol=1e-5, atol=1e-5)
+  if name == "inf_weights": assert np.isnan(got).any() and np.array_equal(np.isnan(got), np.isnan(expect))
