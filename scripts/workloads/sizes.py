@@ -26,6 +26,24 @@ def large_layers() -> dict:
   return {"outputs": [o.numpy() for o in outs]}
 
 
+def contrastive_loss() -> dict:
+  """A CLIP-style symmetric cross-entropy over the 1024x1024 similarities of two batches of unit embeddings: the
+  log-softmax of each row and of each column against the diagonal. The column one sums exp along the axis that is
+  not contiguous, for 1024 outputs at once (2^20 steps: an upcast kernel)."""
+  rng = np.random.default_rng(23)
+  def unit(*shape):
+    v = rng.standard_normal(shape).astype(np.float32)
+    return Tensor(v / np.linalg.norm(v, axis=1, keepdims=True))
+  images, texts = unit(1024, 64), unit(1024, 64)
+  with replay_location("contrastive loss 1024"):
+    logits = (images @ texts.T) * 14.3
+    labels = Tensor.arange(1024)
+    rows = logits.sparse_categorical_crossentropy(labels)
+    columns = logits.T.sparse_categorical_crossentropy(labels)
+    loss = ((rows + columns) / 2).realize()
+  return {"outputs": [loss.numpy()]}
+
+
 def mixed_dtypes() -> dict:
   """Arithmetic across dtypes as programs write it: a uint8 image normalized to float32, an int8 weight times a
   uint8 activation accumulated in int32, a half-precision layer with a float32 bias, int and bool masks mixed

@@ -231,6 +231,19 @@ def test_large_layers_match_numpy():
   for got, expected in zip(out, want): np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_contrastive_loss_matches_numpy():
+  (loss,) = WORKLOADS["contrastive_loss"]()["outputs"]
+  rng = np.random.default_rng(23)
+  def unit(*shape):
+    v = rng.standard_normal(shape).astype(np.float32)
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float64)
+  logits = (unit(1024, 64) @ unit(1024, 64).T) * 14.3
+  def cross_entropy(m):
+    shifted = m - m.max(1, keepdims=True)
+    return -np.diag(shifted - np.log(np.exp(shifted).sum(1, keepdims=True))).mean()
+  np.testing.assert_allclose(loss, (cross_entropy(logits) + cross_entropy(logits.T)) / 2, rtol=1e-4)
+
+
 def test_mixed_dtypes_follow_the_promotion_rules_and_match_numpy():
   out = WORKLOADS["mixed_dtypes"]()["outputs"]
   rng = np.random.default_rng(22)
