@@ -4,7 +4,7 @@
 Rendering is capture point **kernel**: (AST, device, options) in, (source, kernel name) out.
 """
 from __future__ import annotations
-import ctypes, functools, math, os, pathlib, re, shutil, subprocess
+import ctypes, functools, math, os, pathlib, platform, re, shutil, subprocess
 from typing import Callable, Optional
 from scheduler.dtype import DType, dtypes
 from scheduler.device import BUILDS, HostDevice, Buffer, build_all, cache_dir, cache_path, find_c_compiler, DeviceError
@@ -23,6 +23,9 @@ LIBS = ("-lm", "-lgcc")
 # gcc at -O2, 2.1 s with its small kernels, 774 of 807, at -O0). Results are the same: IEEE arithmetic without
 # contraction at every level.
 SMALL_KERNEL_STEPS = 1 << 14
+# On x86-64, a kernel whose lanes accumulate in vectors is also lowered with vectors of 8 float32 and built for AVX2
+# beside the portable version; the kernel calls the one the CPU runs (see `render_c`).
+WIDE_VECTOR = 8 if platform.machine().lower() in ("x86_64", "amd64") else None
 UNIT_MIN_KERNELS = 2       # this many new kernels of one schedule build as shared translation units...
 KERNELS_PER_UNIT = 8       # ...of at least this many kernels each (one unit per core at most)
 
@@ -59,7 +62,8 @@ class CPUDevice(HostDevice):
     options = compile_options()
     with hooks.capture_point("kernel", ast, self.name, options) as cap:
       prg = lower(ast)
-      src = render_c(prg)
+      wide = lower(ast, WIDE_VECTOR) if WIDE_VECTOR and any(i.dtype.count > 1 for i in prg.instrs) else None
+      src = render_c(prg, wide)
       cap.set_output((src, prg.name, options))
     return src, prg
 
@@ -113,7 +117,9 @@ class CPUDevice(HostDevice):
       parts, names = [_PRELUDE], []
       for i, src, prg, key in unit:
         symbol = f"{prg.name}__k{i}"   # kernel names never hold "__": no clash with another kernel's name
-        parts.append(src[len(_PRELUDE):].replace(f"void {prg.name}(", f"void {symbol}(", 1))
+        # a kernel built for two instruction sets has helpers named `<kernel>__<set>`: they take the symbol too
+        own = src[len(_PRELUDE):].replace(f" {prg.name}__", f" {symbol}__")
+        parts.append(own.replace(f"void {prg.name}(", f"void {symbol}(", 1))
         names.append((i, prg, symbol, key))
       sources.append(_cache_key("\n".join(parts)))
       symbols.append(names)
@@ -247,13 +253,41 @@ def render_const(val, dtype: DType) -> str:
 _math = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}
 
 
-def render_c(prg: Program) -> str:
+def render_c(prg: Program, wide: Optional[Program] = None) -> str:
+  """The C source of a program: one function named after the kernel. With `wide` (the same kernel lowered with
+  vectors of 8 float32), that function calls the wide version, built for AVX2, where the CPU has AVX2, and `prg`
+  elsewhere: every lane does the same IEEE operations in the same order in both (no contraction), so the results are
+  the same bits on every host; only the speed differs."""
+  c_identifier(prg.name, "kernel name")
+  params = [f"{_ctype[dt]}* restrict data{_c_index(idx, 'buffer index')}" for idx, dt, _ in prg.globals] + \
+           [f"int {c_identifier(v[0], 'variable name')}" for v in prg.variables]
+  unoptimized = '__attribute__((optimize("O0"))) ' if prg.steps < SMALL_KERNEL_STEPS else ""
+  vectors: dict[DType, str] = {}
+  body = _render_body(prg, vectors)
+  if wide is None:
+    return f"{_PRELUDE}{_typedefs(vectors)}\n{unoptimized}void {prg.name}({', '.join(params)}) {{\n{body}\n}}\n"
+  wide_body = _render_body(wide, vectors)
+  args = ", ".join(p.rsplit(" ", 1)[1] for p in params)
+  return (f"{_PRELUDE}{_typedefs(vectors)}\n"
+          f"{unoptimized}__attribute__((target(\"avx2\"))) static void {prg.name}__avx2({', '.join(params)}) {{\n"
+          f"{wide_body}\n}}\n"
+          f"{unoptimized}static void {prg.name}__base({', '.join(params)}) {{\n{body}\n}}\n"
+          f"void {prg.name}({', '.join(params)}) {{\n  __builtin_cpu_init();\n"
+          f"  if (__builtin_cpu_supports(\"avx2\")) {prg.name}__avx2({args});\n  else {prg.name}__base({args});\n}}\n")
+
+
+def _typedefs(vectors: dict[DType, str]) -> str:
+  return "".join(f"typedef {_ctype[_scalar_of(dt)]} {name} __attribute__((vector_size({dt.itemsize})));\n"
+                 for dt, name in vectors.items())
+
+
+def _render_body(prg: Program, vectors: dict[DType, str]) -> str:
+  """The statements of a program's function; the vector types it uses are added to `vectors`."""
   names: dict[int, str] = {}
   lines: list[str] = []
   indent = 1
 
   def line(s: str): lines.append("  " * indent + s)
-  vectors: dict[DType, str] = {}
   for i, x in enumerate(prg.instrs):
     op, ctype = x.op, _ctype.get(x.dtype, "void")
     if x.dtype.count > 1: ctype = vectors.setdefault(x.dtype, _vector_typedef(x.dtype))
@@ -296,14 +330,7 @@ def render_c(prg: Program) -> str:
     else:
       names[i] = f"alu{i}"
       line(f"{ctype} alu{i} = {_render_alu(op, x.dtype, s)};")
-  params = [f"{_ctype[dt]}* restrict data{_c_index(idx, 'buffer index')}" for idx, dt, _ in prg.globals] + \
-           [f"int {c_identifier(v[0], 'variable name')}" for v in prg.variables]
-  body = "\n".join(lines)
-  unoptimized = '__attribute__((optimize("O0"))) ' if prg.steps < SMALL_KERNEL_STEPS else ""
-  typedefs = "".join(f"typedef {_ctype[_scalar_of(dt)]} {name} __attribute__((vector_size({dt.itemsize})));\n"
-                     for dt, name in vectors.items())
-  signature = f"void {c_identifier(prg.name, 'kernel name')}({', '.join(params)})"
-  return f"{_PRELUDE}{typedefs}\n{unoptimized}{signature} {{\n{body}\n}}\n"
+  return "\n".join(lines)
 
 
 def _scalar_of(vector: DType) -> DType:

@@ -46,8 +46,9 @@ class LoweringError(RuntimeError):
 
 
 class _Lowerer:
-  def __init__(self, ast: UOp):
+  def __init__(self, ast: UOp, vector_width: Optional[int] = None):
     self.ast = ast
+    self.vector_width = vector_width or VECTOR_WIDTH
     self.instrs: list[Instr] = []
     self.consts: dict[tuple, int] = {}
     self.scopes: list[dict[UOp, int]] = [{}]
@@ -199,22 +200,24 @@ class _Lowerer:
         self.scopes.pop()
         self.ranges.pop()
 
-  def reduce_lanes(self, u: UOp, lanes: list[Optional["_Lane"]], vector_axis: Optional[int] = None) -> list[int]:
+  def reduce_lanes(self, u: UOp, lanes: list[Optional["_Lane"]],
+                   vector: Optional[tuple[int, int]] = None) -> list[int]:
     """The reduce for each lane (one output element per lane, see `store_upcast`), in one loop nest: every lane
     keeps its own accumulators (one per unroll step; with many lanes only one, which changes the summation order
-    of floats, not the sum). With `vector_axis` (the lanes come in runs of VECTOR_WIDTH along that axis), a reduce
-    that reads some input contiguously along it accumulates each run as one vector (see `vector_value`)."""
+    of floats, not the sum). With `vector` (axis, width): the lanes come in runs of `width` along that axis, and a
+    reduce that reads some input contiguously along it accumulates each run as one vector (see `vector_value`)."""
     red_op, axes = u.arg
     in_shape = u.src[0].shape
     loop_axes = [a for a in axes if not _is_one(in_shape[a])]
     if red_op is Ops.ADD and len(loop_axes) == 1 and (counted := valid_count(u, loop_axes[0], in_shape)) is not None:
       return [self.in_lane(lane, lambda: self.counted(u.dtype, *counted)) for lane in lanes]
     runs = None
-    if vector_axis is not None and self.vectorizes(u, vector_axis):
-      runs = [lanes[i:i + VECTOR_WIDTH] for i in range(0, len(lanes), VECTOR_WIDTH)]
-    dtype = u.dtype.vec(VECTOR_WIDTH) if runs else u.dtype
+    if vector is not None and self.vectorizes(u, vector[0]):
+      width = vector[1]
+      runs = [lanes[i:i + width] for i in range(0, len(lanes), width)]
+    dtype = u.dtype.vec(len(runs[0])) if runs else u.dtype
     identity = self.const(identity_element(red_op, u.dtype), u.dtype)
-    if runs: identity = self.emit(Ops.VECTORIZE, dtype, (identity,) * VECTOR_WIDTH)
+    if runs: identity = self.emit(Ops.VECTORIZE, dtype, (identity,) * dtype.count)
     inner = in_shape[loop_axes[-1]] if loop_axes else None
     unroll = REDUCE_UNROLL if isinstance(inner,
                                          int) and inner % REDUCE_UNROLL == 0 and inner >= 2 * REDUCE_UNROLL else 1
@@ -244,7 +247,7 @@ class _Lowerer:
     out = []
     for mine in accs:
       while len(mine) > 1: mine = [self.emit(red_op, dtype, (a, b)) for a, b in zip(mine[::2], mine[1::2])]
-      if runs: out.extend(self.emit(Ops.GEP, u.dtype, (mine[0],), lane) for lane in range(VECTOR_WIDTH))
+      if runs: out.extend(self.emit(Ops.GEP, u.dtype, (mine[0],), lane) for lane in range(dtype.count))
       else: out.append(mine[0])
     return out
 
@@ -276,14 +279,15 @@ class _Lowerer:
     def per_lane(node: UOp) -> list[int]:
       return [self.in_lane(lane, lambda: self.value(node), ranges, it) for lane, it in zip(run, iterations)]
     done: dict[UOp, int] = {}
-    vector = value.dtype.vec(VECTOR_WIDTH)
+    width = len(run)
+    vector = value.dtype.vec(width)
     for node in _vector_nodes(value):
-      if node.op is Ops.CONST: done[node] = self.emit(Ops.VECTORIZE, vector, (self.const(node.arg, node.dtype),) *
-                                                      VECTOR_WIDTH)
+      if node.op is Ops.CONST:
+        done[node] = self.emit(Ops.VECTORIZE, vector, (self.const(node.arg, node.dtype),) * width)
       elif node.op is Ops.LOAD and (form := self.load_form(node, axis)) != "gather":
         first = self.in_lane(run[0], lambda: self.value(node) if form == "same" else self.view_exprs(node.src[1].arg),
                              ranges, iterations[0])
-        if form == "same": done[node] = self.emit(Ops.VECTORIZE, vector, (first,) * VECTOR_WIDTH)
+        if form == "same": done[node] = self.emit(Ops.VECTORIZE, vector, (first,) * width)
         else: done[node] = self.emit(Ops.LOAD, vector, (self.define_global(node.src[0]), *first))
       elif node.op in _VECTOR_ALU and node.dtype == dtypes.float32:
         done[node] = self.emit(node.op, vector, tuple(done[s] for s in node.src))
@@ -329,10 +333,12 @@ class _Lowerer:
       steps = [self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32))) for k in range(lanes)]
       lane_indices = [done + [(axis, step)] for done in lane_indices for step in steps]
     first_axis, first_lanes = upcasts[0]
-    vector_axis = first_axis if first_lanes % VECTOR_WIDTH == 0 else None
-    lane_list = [_Lane({}, dict(index), vector_axis) for index in lane_indices]
+    # runs as wide as the vectors allow and the lanes along the first axis divide (a wide vector of 8 serves 8 lanes)
+    width = next((w for w in (self.vector_width, VECTOR_WIDTH) if first_lanes % w == 0), None)
+    lane_list = [_Lane({}, dict(index), first_axis if width else None) for index in lane_indices]
     for red in (u for u in s.src[2].toposort if u.op is Ops.REDUCE_AXIS):
-      for lane, result in zip(lane_list, self.reduce_lanes(red, lane_list, vector_axis)): lane.scope[red] = result
+      for lane, result in zip(lane_list, self.reduce_lanes(red, lane_list, (first_axis, width) if width else None)):
+        lane.scope[red] = result
     for lane in lane_list: self.in_lane(lane, lambda: self.store(s))
     for rng in reversed(loops): self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
     self.close_loops(opened)
@@ -343,13 +349,14 @@ class _Lane:
   """One of the outputs an upcast loop iteration computes: its values so far and its index along each upcast axis."""
   scope: dict
   ranges: dict
-  vector_axis: Optional[int] = None   # the axis along which runs of VECTOR_WIDTH lanes accumulate as one vector
+  vector_axis: Optional[int] = None   # the axis along which runs of lanes accumulate as one vector
 
 
 UPCAST_LANES = (8, 4)        # outputs per iteration along the first upcast axis: the first that divides its extent
 SECOND_UPCAST_LANES = (4, 2)  # along a second output axis (a tile of up to 32 outputs)
 MAX_UNROLLED_LANES = 8        # with more lanes than this, reduces keep one accumulator per lane (registers run out)
 # Lanes per vector: four float32 are 16 bytes, the vector registers every x86-64 (SSE2) and arm64 (NEON) host has.
+# A renderer may ask for wider vectors (`lower(ast, vector_width=8)`) for a host that has them (AVX2).
 VECTOR_WIDTH = 4
 # Upcasting multiplies a kernel's C source (and the compiler's time on it) by its lanes, and pays back only in run time:
 # a kernel doing less work than this per run (output elements times reduce extent) is not upcast, as its loop runs in
@@ -358,13 +365,14 @@ VECTOR_WIDTH = 4
 UPCAST_MIN_WORK = 1 << 20
 
 
-def upcast_choice(s: UOp, axes: list[int], bounds: Optional[dict[int, tuple[int, int]]] = None) \
-    -> list[tuple[int, int]]:
+def upcast_choice(s: UOp, axes: list[int], bounds: Optional[dict[int, tuple[int, int]]] = None,
+                  inside: bool = False) -> list[tuple[int, int]]:
   """[(axis, lanes)] to upcast for a store, at most two axes, or []: only stores that reduce, and only when every
   reduce's result varies along output axes alone (a reduce nested in another's loop is lowered where it is used).
   The first axis is the output's unit-stride axis when its extent allows, else the innermost axis that does; the
   second is the innermost other axis whose extent allows it. Not for small or random-drawing kernels (see
-  UPCAST_MIN_WORK). `bounds` are the regions of axes being lowered (see `interior`): no read is masked along them."""
+  UPCAST_MIN_WORK). `bounds` are the parts of axes being lowered (see `regions`): lanes must divide the part; when
+  `inside` the interior, no read is masked along them."""
   bounds = bounds or {}
   shape = s.src[1].arg.shape
   value = s.src[2].toposort
@@ -378,7 +386,7 @@ def upcast_choice(s: UOp, axes: list[int], bounds: Optional[dict[int, tuple[int,
     extent = bounds[axis][1] - bounds[axis][0] if axis in bounds else shape[axis]
     return next((n for n in choices if isinstance(extent, int) and extent % n == 0 and extent >= n), 1)
   strides = s.src[1].arg.real_strides()
-  masked = _masked_axes(s.src[2], len(shape)) - set(bounds)
+  masked = _masked_axes(s.src[2], len(shape)) - (set(bounds) if inside else set())
   axes = [a for a in axes if a not in masked]
   chosen: list[tuple[int, int]] = []
   for axis in sorted(axes, key=lambda a: (strides[a] != 1, -a)):
@@ -419,7 +427,7 @@ def regions(s: UOp, axes: list[int]) -> list[tuple[dict[int, tuple[int, int]], b
   # the interior in runs of the most lanes that fit, then of fewer lanes, so that the masked parts stay narrow
   inner, at = [], start
   for lanes in UPCAST_LANES:
-    if (runs := (end - at) // lanes) and upcast_choice(s, axes, {axis: (at, at + runs * lanes)}):
+    if (runs := (end - at) // lanes) and upcast_choice(s, axes, {axis: (at, at + runs * lanes)}, inside=True):
       inner.append(({axis: (at, at + runs * lanes)}, True))
       at += runs * lanes
   if not inner: return whole
@@ -555,16 +563,17 @@ def _interval_of(valid: UOp, index: UOp, extent: UOp) -> Optional[tuple[UOp, UOp
 def _terms(x: UOp) -> list[UOp]: return _flattened(x, Ops.ADD)
 
 
-def lower(ast: UOp) -> Program:
+def lower(ast: UOp, vector_width: int = VECTOR_WIDTH) -> Program:
+  """The program of a kernel AST; runs of lanes accumulate in vectors of at most `vector_width` float32."""
   if ast.op is not Ops.SINK: raise LoweringError(f"only SINK kernels lower to programs, got {ast.op}")
-  lw = _Lowerer(ast)
+  lw = _Lowerer(ast, vector_width)
   for g in sorted((u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL), key=lambda g: g.arg): lw.define_global(g)
   stores = [s for s in ast.src if s.op is Ops.STORE]
   for s in stores:
     out_shape = s.src[1].arg.shape
     axes = [i for i, d in enumerate(out_shape) if not _is_one(d)]
     for lw.bounds, inside in regions(s, axes):
-      if (upcasts := upcast_choice(s, axes, lw.bounds if inside else None)):
+      if (upcasts := upcast_choice(s, axes, lw.bounds, inside)):
         lw.store_upcast(s, axes, upcasts)
         continue
       opened = lw.open_loops(axes, out_shape)

@@ -103,6 +103,31 @@ def test_a_few_new_kernels_build_as_one_unit(tmp_path, monkeypatch):
 
 
 @needs_cc
+def test_kernels_built_for_two_instruction_sets_share_a_unit(tmp_path, monkeypatch):
+  """A vector kernel is a dispatcher and two versions (`<kernel>__avx2`, `<kernel>__base`); kernels of one name in a
+  unit each rename all three, and each computes its own result whichever version the CPU runs."""
+  import runtimes.cpu as cpu
+  from scheduler import realize
+  from scheduler.codegen import lowerer
+  monkeypatch.setenv("COMPILE_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(lowerer, "UPCAST_MIN_WORK", 0)
+  monkeypatch.setattr(cpu, "WIDE_VECTOR", 8)
+  builds, real = [], cpu._compile_c
+  monkeypatch.setattr(cpu, "_compile_c", lambda src, out: (builds.append(src), real(src, out)))
+  monkeypatch.setattr(realize, "_program_cache", {})
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((16, 24)).astype(np.float32), rng.standard_normal((24, 32)).astype(np.float32)
+  x, y = Tensor(a, device="CPU").realize(), Tensor(b, device="CPU").realize()
+  z = Tensor(b[::-1].copy(), device="CPU").realize()
+  outs = [x @ y, (x @ z).relu() * 3]   # two kernels of the same name
+  sched = Tensor.schedule(*outs)
+  realize.run_schedule(sched)
+  assert len(builds) == 1 and builds[0].count('__attribute__((target("avx2")))') == 2, builds
+  np.testing.assert_allclose(outs[0].numpy(), a @ b, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(outs[1].numpy(), np.maximum(a @ b[::-1], 0) * 3, rtol=1e-5, atol=1e-5)
+
+
+@needs_cc
 def test_many_new_kernels_build_as_one_translation_unit_per_core(tmp_path, monkeypatch):
   """Issue 16.3: a schedule with many new kernels costs one compiler process per core, not one per kernel; the same
   schedule built again (a fresh process: an empty program cache) takes the units from the disk cache."""

@@ -73,13 +73,15 @@ def only_kernel(t: Tensor):
   return ast
 
 
-@pytest.fixture
-def upcast_any_size(monkeypatch):
+@pytest.fixture(params=["wide", "portable"])
+def upcast_any_size(monkeypatch, request):
   """Upcast kernels of any size, and build them optimized, so that small test shapes exercise the tiles as the
-  compiler vectorizes them."""
+  compiler vectorizes them; with the AVX2 version beside the portable one (x86-64), and with the portable alone (what
+  a host without AVX2 runs)."""
   import runtimes.cpu as cpu
   monkeypatch.setattr(lowerer, "UPCAST_MIN_WORK", 0)
   monkeypatch.setattr(cpu, "SMALL_KERNEL_STEPS", 0)
+  if request.param == "portable": monkeypatch.setattr(cpu, "WIDE_VECTOR", None)
 
 
 def test_a_matmul_computes_a_tile_of_outputs_per_iteration():
@@ -112,7 +114,7 @@ def test_a_padded_convolution_lowers_its_interior_apart_from_the_padded_border()
                                                                 ((29, 32), False)]
   assert lowerer.interior(store, 4) == (1, 31) and lowerer.interior(store, 3) == (1, 31)
   assert [a for a, _ in lowerer.upcast_choice(store, axes)] == [2]            # the border: along the 32 channels
-  assert [a for a, _ in lowerer.upcast_choice(store, axes, {4: (1, 25)})] == [4, 2]   # the interior: columns first
+  assert [a for a, _ in lowerer.upcast_choice(store, axes, {4: (1, 25)}, inside=True)] == [4, 2]   # interior
   instrs = lower(ast).instrs
   vector_loads = [i for i in instrs if i.op is Ops.LOAD and i.dtype.count > 1]
   assert vector_loads and all(instrs[i.src[2]].op is not Ops.CONST or instrs[i.src[2]].arg for i in vector_loads)
@@ -129,6 +131,15 @@ def test_lanes_along_the_unit_stride_axis_accumulate_as_vectors():
   assert sum(1 for i in instrs if i.op is Ops.GEP) == 32
   # a max reduce, or an int sum, keeps scalar lanes
   assert all(i.dtype.count == 1 for i in lower(only_kernel((Tensor.empty(256, 256, 32).max(-1)))).instrs)
+
+
+def test_wide_vectors_serve_runs_of_eight_lanes_and_narrow_ones_runs_of_four():
+  ast = only_kernel(Tensor.empty(128, 128) @ Tensor.empty(128, 128))
+  wide = [i for i in lower(ast, vector_width=8).instrs if i.op is Ops.DEFINE_ACC]
+  assert len(wide) == 4 and all(i.dtype == dtypes.float32.vec(8) for i in wide)   # 4 rows x 8 columns
+  conv = only_kernel(Tensor.empty(1, 16, 32, 32).conv2d(Tensor.empty(32, 16, 3, 3), padding=1))
+  counts = {i.dtype.count for i in lower(conv, vector_width=8).instrs if i.op is Ops.DEFINE_ACC}
+  assert counts == {1, 4, 8}   # border lanes, the run of 4 columns (25..28), runs of 8 (1..24)
 
 
 def test_pure_instructions_are_computed_once_per_loop():
