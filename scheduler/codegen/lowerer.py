@@ -253,9 +253,10 @@ class _Lowerer:
 
   def vectorizes(self, u: UOp, axis: int) -> bool:
     """Whether a reduce accumulates runs of lanes along `axis` as vectors: a float32 sum or product whose value
-    loads some input contiguously along that axis (else vectors would only be assembled from scalars)."""
+    loads some input that differs along that axis (contiguously: one vector load; else one load per lane, and the
+    arithmetic still in vectors)."""
     if u.arg[0] not in (Ops.ADD, Ops.MUL) or u.dtype != dtypes.float32: return False
-    return any(self.load_form(n, axis) == "contiguous" for n in _vector_nodes(u.src[0]) if n.op is Ops.LOAD)
+    return any(self.load_form(n, axis) != "same" for n in _vector_nodes(u.src[0]) if n.op is Ops.LOAD)
 
   def load_form(self, load: UOp, axis: int) -> str:
     """How lanes along `axis` read a LOAD: "same" (one element for all), "contiguous" (neighbouring elements, one

@@ -139,7 +139,7 @@ def test_wide_vectors_serve_runs_of_eight_lanes_and_narrow_ones_runs_of_four():
   assert len(wide) == 4 and all(i.dtype == dtypes.float32.vec(8) for i in wide)   # 4 rows x 8 columns
   conv = only_kernel(Tensor.empty(1, 16, 32, 32).conv2d(Tensor.empty(32, 16, 3, 3), padding=1))
   counts = {i.dtype.count for i in lower(conv, vector_width=8).instrs if i.op is Ops.DEFINE_ACC}
-  assert counts == {1, 4, 8}   # border lanes, the run of 4 columns (25..28), runs of 8 (1..24)
+  assert counts == {4, 8}   # the border along channels (weights gathered), the columns 25..28, runs of 8 (1..24)
 
 
 def test_pure_instructions_are_computed_once_per_loop():
