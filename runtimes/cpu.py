@@ -321,7 +321,8 @@ def _render_body(prg: Program, vectors: dict[DType, str]) -> str:
       read = f"{s[0]}[{s[1]}]"
       line(f"{ctype} val{i} = {read};" if s[2] == "1" else f"{ctype} val{i} = ({s[2]}) ? {read} : ({ctype})0;")
     elif op is Ops.STORE:
-      write = f"{s[0]}[{s[1]}] = {s[3]};"
+      vector = prg.instrs[x.src[3]].dtype.count > 1
+      write = f"memcpy({s[0]} + {s[1]}, &{s[3]}, sizeof({s[3]}));" if vector else f"{s[0]}[{s[1]}] = {s[3]};"
       line(write if s[2] == "1" else f"if ({s[2]}) {write}")
     elif op is Ops.BITCAST:
       names[i] = f"val{i}"
@@ -350,6 +351,9 @@ def _render_alu(op: Ops, dtype: DType, s: list[str]) -> str:
     return f"({ct}){fn}((float)({s[0]}))" if dtype == dtypes.float16 else f"{fn}({s[0]})"
   if op is Ops.RECIP: return f"(({ct})1/({s[0]}))"
   if op is Ops.NEG: return f"(-{s[0]})"
+  if op is Ops.MAX and dtype.count > 1:   # lane by lane, as the scalar form (the same bits for nan and -0.0)
+    return "(" + ct + "){" + ", ".join(f"({s[0]}[{k}]>{s[1]}[{k}])?{s[0]}[{k}]:{s[1]}[{k}]"
+                                        for k in range(dtype.count)) + "}"
   if op is Ops.MAX: return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
   if op is Ops.WHERE: return f"(({s[0]})?{s[1]}:{s[2]})"
   if op is Ops.THREEFRY: return f"threefry2x32({s[0]}, {s[1]})"

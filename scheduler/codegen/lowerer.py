@@ -201,11 +201,12 @@ class _Lowerer:
         self.ranges.pop()
 
   def reduce_lanes(self, u: UOp, lanes: list[Optional["_Lane"]],
-                   vector: Optional[tuple[int, int]] = None) -> list[int]:
+                   vector: Optional[tuple[int, int]] = None) -> "list[int] | _Runs":
     """The reduce for each lane (one output element per lane, see `store_upcast`), in one loop nest: every lane
     keeps its own accumulators (one per unroll step; with many lanes only one, which changes the summation order
     of floats, not the sum). With `vector` (axis, width): the lanes come in runs of `width` along that axis, and a
-    reduce that reads some input contiguously along it accumulates each run as one vector (see `vector_value`)."""
+    reduce that loads some input that differs along it accumulates each run as one vector (see `vector_value`):
+    then the result is the runs' vectors (`_Runs`), which `lane_results` splits into lanes."""
     red_op, axes = u.arg
     in_shape = u.src[0].shape
     loop_axes = [a for a in axes if not _is_one(in_shape[a])]
@@ -247,9 +248,13 @@ class _Lowerer:
     out = []
     for mine in accs:
       while len(mine) > 1: mine = [self.emit(red_op, dtype, (a, b)) for a, b in zip(mine[::2], mine[1::2])]
-      if runs: out.extend(self.emit(Ops.GEP, u.dtype, (mine[0],), lane) for lane in range(dtype.count))
-      else: out.append(mine[0])
-    return out
+      out.append(mine[0])
+    return _Runs(out) if runs else out
+
+  def lane_results(self, red: UOp, runs: list[list["_Lane"]], vectors: list[int]) -> None:
+    """Each lane's result of a reduce accumulated in vectors: its element of its run's vector."""
+    for run, vector in zip(runs, vectors):
+      for k, lane in enumerate(run): lane.scope[red] = self.emit(Ops.GEP, red.dtype, (vector,), k)
 
   def vectorizes(self, u: UOp, axis: int) -> bool:
     """Whether a reduce accumulates runs of lanes along `axis` as vectors: a float32 sum or product whose value
@@ -258,10 +263,11 @@ class _Lowerer:
     if u.arg[0] not in (Ops.ADD, Ops.MUL) or u.dtype != dtypes.float32: return False
     return any(self.load_form(n, axis) != "same" for n in _vector_nodes(u.src[0]) if n.op is Ops.LOAD)
 
-  def load_form(self, load: UOp, axis: int) -> str:
-    """How lanes along `axis` read a LOAD: "same" (one element for all), "contiguous" (neighbouring elements, one
+  def load_form(self, load: UOp, axis: int) -> str: return self.view_form(load.src[1].arg, axis)
+
+  def view_form(self, st: ShapeTracker, axis: int) -> str:
+    """How lanes along `axis` address a view: "same" (one element for all), "contiguous" (neighbouring elements, one
     validity for all) or "gather" (each lane its own)."""
-    st: ShapeTracker = load.src[1].arg
     if axis >= len(st.shape) or _is_one(st.shape[axis]): return "same"
     idx, valid = self.view_uops(st)
     rng = _ranges(st.shape, self.bounds)[axis]
@@ -272,17 +278,20 @@ class _Lowerer:
       return "contiguous"
     return "gather"
 
-  def vector_value(self, value: UOp, run: list["_Lane"], ranges: dict) -> int:
+  def vector_value(self, value: UOp, run: list["_Lane"], ranges: Optional[dict],
+                   known: Optional[dict[UOp, int]] = None) -> int:
     """`value` for a run of lanes along the vector axis, as one vector: loads by their form along the axis, float32
-    adds, products, differences, negations and quotients as vector ops, anything else per lane and put together."""
+    adds, products, differences, negations, quotients and maxima as vector ops, the vectors in `known` as they are,
+    anything else per lane and put together. `ranges`: those of the reduce step (None outside reduce loops)."""
     axis = run[0].vector_axis
     iterations = [{} for _ in run]
     def per_lane(node: UOp) -> list[int]:
       return [self.in_lane(lane, lambda: self.value(node), ranges, it) for lane, it in zip(run, iterations)]
-    done: dict[UOp, int] = {}
+    done: dict[UOp, int] = dict(known or {})
     width = len(run)
     vector = value.dtype.vec(width)
     for node in _vector_nodes(value):
+      if node in done: continue
       if node.op is Ops.CONST:
         done[node] = self.emit(Ops.VECTORIZE, vector, (self.const(node.arg, node.dtype),) * width)
       elif node.op is Ops.LOAD and (form := self.load_form(node, axis)) != "gather":
@@ -337,12 +346,42 @@ class _Lowerer:
     # runs as wide as the vectors allow and the lanes along the first axis divide (a wide vector of 8 serves 8 lanes)
     width = next((w for w in (self.vector_width, VECTOR_WIDTH) if first_lanes % w == 0), None)
     lane_list = [_Lane({}, dict(index), first_axis if width else None) for index in lane_indices]
-    for red in (u for u in s.src[2].toposort if u.op is Ops.REDUCE_AXIS):
-      for lane, result in zip(lane_list, self.reduce_lanes(red, lane_list, (first_axis, width) if width else None)):
-        lane.scope[red] = result
-    for lane in lane_list: self.in_lane(lane, lambda: self.store(s))
+    runs = [lane_list[i:i + width] for i in range(0, len(lane_list), width)] if width else []
+    vectors: dict[UOp, list[int]] = {}
+    reduces = [u for u in s.src[2].toposort if u.op is Ops.REDUCE_AXIS]
+    for red in reduces:
+      result = self.reduce_lanes(red, lane_list, (first_axis, width) if width else None)
+      if isinstance(result, _Runs): vectors[red] = result.vectors
+      else:
+        for lane, scalar in zip(lane_list, result): lane.scope[red] = scalar
+    if len(vectors) == len(reduces) and self.stores_runs(s, first_axis, set(vectors)):
+      for i, run in enumerate(runs): self.store_run(s, run, {red: v[i] for red, v in vectors.items()})
+    else:
+      for red, run_vectors in vectors.items(): self.lane_results(red, runs, run_vectors)
+      for lane in lane_list: self.in_lane(lane, lambda: self.store(s))
     for rng in reversed(loops): self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
     self.close_loops(opened)
+
+
+  def stores_runs(self, s: UOp, axis: int, reduces: set[UOp]) -> bool:
+    """Whether each run of lanes stores one vector: the output is contiguous along the run, and what is stored is
+    float32 vector arithmetic on the reduces' vectors and loads (nothing evaluated per lane reads a reduce)."""
+    if s.src[2].dtype != dtypes.float32 or self.view_form(s.src[1].arg, axis) != "contiguous": return False
+    leaves = [n for n in _vector_nodes(s.src[2]) if n not in reduces and not (n.op in _VECTOR_ALU and n.dtype ==
+                                                                                dtypes.float32)]
+    return not any(u.op is Ops.REDUCE_AXIS for n in leaves for u in n.toposort)
+
+  def store_run(self, s: UOp, run: list["_Lane"], known: dict[UOp, int]) -> None:
+    """One run's outputs stored as one vector (see `stores_runs`), at the first lane's index."""
+    idx, valid = self.in_lane(run[0], lambda: self.view_exprs(s.src[1].arg))
+    value = self.vector_value(s.src[2], run, None, known)
+    self.emit(Ops.STORE, dtypes.void, (self.define_global(s.src[0]), idx, valid, value))
+
+
+@dataclass
+class _Runs:
+  """A reduce's result for runs of lanes: one vector per run, in the order of the runs."""
+  vectors: list[int]
 
 
 @dataclass
@@ -460,7 +499,7 @@ def _is_one(s) -> bool: return isinstance(s, int) and s == 1
 _INDEX_INNER = frozenset({*GroupOp.ALU, Ops.CAST})
 _VALUE_INNER = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST})
 _PURE = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.LOAD, Ops.VECTORIZE, Ops.GEP})
-_VECTOR_ALU = frozenset({Ops.ADD, Ops.MUL, Ops.SUB, Ops.NEG, Ops.FDIV})
+_VECTOR_ALU = frozenset({Ops.ADD, Ops.MUL, Ops.SUB, Ops.NEG, Ops.FDIV, Ops.MAX})
 
 
 def _vector_nodes(value: UOp) -> list[UOp]:

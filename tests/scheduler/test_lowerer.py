@@ -128,7 +128,13 @@ def test_lanes_along_the_unit_stride_axis_accumulate_as_vectors():
   instrs = lower(ast).instrs
   accs = [i for i in instrs if i.op is Ops.DEFINE_ACC]
   assert len(accs) == 8 and all(i.dtype == dtypes.float32.vec(4) for i in accs)   # 4 rows x 2 vectors of 4 columns
-  assert sum(1 for i in instrs if i.op is Ops.GEP) == 32
+  # each run of 4 columns stores its vector at once (no lane is taken out of it)
+  stores = [i for i in instrs if i.op is Ops.STORE]
+  assert len(stores) == 8 and all(instrs[i.src[3]].dtype.count == 4 for i in stores)
+  assert not any(i.op is Ops.GEP for i in instrs)
+  # an output the runs cannot store as vectors (a half result) takes each lane out of its run's vector
+  half = lower(only_kernel((Tensor.empty(128, 128) @ Tensor.empty(128, 128)).cast(dtypes.float16))).instrs
+  assert sum(1 for i in half if i.op is Ops.GEP) == 32 and sum(1 for i in half if i.op is Ops.STORE) == 32
   # a max reduce, or an int sum, keeps scalar lanes
   assert all(i.dtype.count == 1 for i in lower(only_kernel((Tensor.empty(256, 256, 32).max(-1)))).instrs)
 
