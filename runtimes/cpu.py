@@ -277,8 +277,12 @@ def render_c(prg: Program, wide: Optional[Program] = None) -> str:
 
 
 def _typedefs(vectors: dict[DType, str]) -> str:
-  return "".join(f"typedef {_ctype[_scalar_of(dt)]} {name} __attribute__((vector_size({dt.itemsize})));\n"
+  return "".join(f"typedef int {name} __attribute__((vector_size({4 * dt.count})));\n" if _is_mask(dt) else
+                 f"typedef {_ctype[_scalar_of(dt)]} {name} __attribute__((vector_size({dt.itemsize})));\n"
                  for dt, name in vectors.items())
+
+
+def _is_mask(dtype: DType) -> bool: return dtype.count > 1 and _scalar_of(dtype) == dtypes.bool
 
 
 def _render_body(prg: Program, vectors: dict[DType, str]) -> str:
@@ -339,8 +343,9 @@ def _scalar_of(vector: DType) -> DType:
 
 
 def _vector_typedef(dtype: DType) -> str:
-  """The name of the C vector type (gcc's and clang's vector extension) of a vector dtype."""
-  return c_identifier(dtype.name, "vector type")
+  """The name of the C vector type (gcc's and clang's vector extension) of a vector dtype. A vector of bools is one of
+  ints, as a comparison of float vectors gives (-1 where true, 0 where false)."""
+  return f"mask{dtype.count}" if _is_mask(dtype) else c_identifier(dtype.name, "vector type")
 
 
 def _render_alu(op: Ops, dtype: DType, s: list[str]) -> str:
@@ -351,9 +356,12 @@ def _render_alu(op: Ops, dtype: DType, s: list[str]) -> str:
     return f"({ct}){fn}((float)({s[0]}))" if dtype == dtypes.float16 else f"{fn}({s[0]})"
   if op is Ops.RECIP: return f"(({ct})1/({s[0]}))"
   if op is Ops.NEG: return f"(-{s[0]})"
-  if op is Ops.MAX and dtype.count > 1:   # lane by lane, as the scalar form (the same bits for nan and -0.0)
+  # choices lane by lane, as the scalar forms (the same bits for nan and -0.0)
+  if op is Ops.MAX and dtype.count > 1:
     return "(" + ct + "){" + ", ".join(f"({s[0]}[{k}]>{s[1]}[{k}])?{s[0]}[{k}]:{s[1]}[{k}]"
                                         for k in range(dtype.count)) + "}"
+  if op is Ops.WHERE and dtype.count > 1:
+    return "(" + ct + "){" + ", ".join(f"({s[0]}[{k}])?{s[1]}[{k}]:{s[2]}[{k}]" for k in range(dtype.count)) + "}"
   if op is Ops.MAX: return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
   if op is Ops.WHERE: return f"(({s[0]})?{s[1]}:{s[2]})"
   if op is Ops.THREEFRY: return f"threefry2x32({s[0]}, {s[1]})"

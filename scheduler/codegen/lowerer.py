@@ -281,7 +281,7 @@ class _Lowerer:
   def vector_value(self, value: UOp, run: list["_Lane"], ranges: Optional[dict],
                    known: Optional[dict[UOp, int]] = None) -> int:
     """`value` for a run of lanes along the vector axis, as one vector: loads by their form along the axis, float32
-    adds, products, differences, negations, quotients and maxima as vector ops, the vectors in `known` as they are,
+    arithmetic, comparisons and choices as vector ops (see `_is_vector_op`), the vectors in `known` as they are,
     anything else per lane and put together. `ranges`: those of the reduce step (None outside reduce loops)."""
     axis = run[0].vector_axis
     iterations = [{} for _ in run]
@@ -289,18 +289,19 @@ class _Lowerer:
       return [self.in_lane(lane, lambda: self.value(node), ranges, it) for lane, it in zip(run, iterations)]
     done: dict[UOp, int] = dict(known or {})
     width = len(run)
-    vector = value.dtype.vec(width)
     for node in _vector_nodes(value):
       if node in done: continue
-      if node.op is Ops.CONST:
-        done[node] = self.emit(Ops.VECTORIZE, vector, (self.const(node.arg, node.dtype),) * width)
-      elif node.op is Ops.LOAD and (form := self.load_form(node, axis)) != "gather":
+      vector = node.dtype.vec(width)
+      # one load for the run: an element all lanes share, or neighbouring float32 (a bool vector is one of ints)
+      if node.op is Ops.LOAD and (form := self.load_form(node, axis)) != "gather" and (
+          form == "same" or node.dtype == dtypes.float32):
         first = self.in_lane(run[0], lambda: self.value(node) if form == "same" else self.view_exprs(node.src[1].arg),
                              ranges, iterations[0])
         if form == "same": done[node] = self.emit(Ops.VECTORIZE, vector, (first,) * width)
         else: done[node] = self.emit(Ops.LOAD, vector, (self.define_global(node.src[0]), *first))
-      elif node.op in _VECTOR_ALU and node.dtype == dtypes.float32:
-        done[node] = self.emit(node.op, vector, tuple(done[s] for s in node.src))
+      elif node.op is Ops.CONST:
+        done[node] = self.emit(Ops.VECTORIZE, vector, (self.const(node.arg, node.dtype),) * width)
+      elif _is_vector_op(node): done[node] = self.emit(node.op, vector, tuple(done[s] for s in node.src))
       else: done[node] = self.emit(Ops.VECTORIZE, vector, tuple(per_lane(node)))
     return done[value]
 
@@ -367,8 +368,7 @@ class _Lowerer:
     """Whether each run of lanes stores one vector: the output is contiguous along the run, and what is stored is
     float32 vector arithmetic on the reduces' vectors and loads (nothing evaluated per lane reads a reduce)."""
     if s.src[2].dtype != dtypes.float32 or self.view_form(s.src[1].arg, axis) != "contiguous": return False
-    leaves = [n for n in _vector_nodes(s.src[2]) if n not in reduces and not (n.op in _VECTOR_ALU and n.dtype ==
-                                                                                dtypes.float32)]
+    leaves = [n for n in _vector_nodes(s.src[2]) if n not in reduces and not _is_vector_op(n)]
     return not any(u.op is Ops.REDUCE_AXIS for n in leaves for u in n.toposort)
 
   def store_run(self, s: UOp, run: list["_Lane"], known: dict[UOp, int]) -> None:
@@ -499,14 +499,20 @@ def _is_one(s) -> bool: return isinstance(s, int) and s == 1
 _INDEX_INNER = frozenset({*GroupOp.ALU, Ops.CAST})
 _VALUE_INNER = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST})
 _PURE = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.LOAD, Ops.VECTORIZE, Ops.GEP})
-_VECTOR_ALU = frozenset({Ops.ADD, Ops.MUL, Ops.SUB, Ops.NEG, Ops.FDIV, Ops.MAX})
+_VECTOR_ALU = frozenset({Ops.ADD, Ops.MUL, Ops.SUB, Ops.NEG, Ops.FDIV, Ops.MAX, Ops.WHERE})
+
+
+def _is_vector_op(n: UOp) -> bool:
+  """Whether a node is computed on whole vectors: float32 arithmetic, a choice between float32 values (relu), and a
+  comparison of float32 values (a vector of masks)."""
+  if n.op in (Ops.CMPLT, Ops.CMPNE): return n.src[0].dtype == dtypes.float32
+  return n.op in _VECTOR_ALU and n.dtype == dtypes.float32
 
 
 def _vector_nodes(value: UOp) -> list[UOp]:
   """The nodes of `value` a vector evaluation visits, sources first: float32 vector ops and their sources; a node of
   any other op is a leaf (evaluated per lane)."""
-  inner = lambda n: n.op in _VECTOR_ALU and n.dtype == dtypes.float32
-  return list(value.sources_first(lambda n: True, inner))
+  return list(value.sources_first(lambda n: True, _is_vector_op))
 
 
 

@@ -215,6 +215,7 @@ def conv_numpy(x, w, stride=1, padding=0, dilation=1, groups=1):
 WIDE = rng.standard_normal((1, 3, 9, 37)).astype(np.float32)
 W3, W5 = rng.standard_normal((8, 3, 3, 3)).astype(np.float32), rng.standard_normal((6, 3, 5, 5)).astype(np.float32)
 WG = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+MASK = rng.standard_normal((1, 8, 9, 37)) > 0   # a bool buffer read along the runs: loaded lane by lane
 W_INF = W3.copy()
 W_INF[2, 1, 0, 0], W_INF[5, 0, 2, 2] = np.inf, -np.inf   # where the padding meets them: 0 * inf is nan
 CONVS = {  # name: (program over tensors, numpy result): widths no lane count divides, masks of every border width
@@ -226,6 +227,10 @@ CONVS = {  # name: (program over tensors, numpy result): widths no lane count di
                 conv_numpy(WIDE[:, :1].repeat(8, 1), WG, padding=1, groups=8)),
   "bias_relu": (lambda: Tensor(WIDE).conv2d(Tensor(W3), Tensor(np.arange(8, dtype=np.float32) - 4), padding=1).relu(),
                 np.maximum(conv_numpy(WIDE, W3, padding=1) + (np.arange(8, dtype=np.float32) - 4)[:, None, None], 0)),
+  "relu_masked": (lambda: Tensor(MASK).where(Tensor(WIDE).conv2d(Tensor(W3), padding=1).relu(), -1.0),
+                  np.where(MASK, np.maximum(conv_numpy(WIDE, W3, padding=1), 0), np.float32(-1))),
+  "clip": (lambda: Tensor(WIDE).conv2d(Tensor(W3), padding=1).clip(-0.5, 0.5),
+           np.clip(conv_numpy(WIDE, W3, padding=1), -0.5, 0.5)),
   "inf_weights": (lambda: Tensor(WIDE).conv2d(Tensor(W_INF), padding=1), conv_numpy(WIDE, W_INF, padding=1)),
   "avg_pool": (lambda: Tensor(WIDE).avg_pool2d(kernel_size=3, stride=1, padding=1, count_include_pad=True),
                conv_numpy(WIDE, np.eye(3, dtype=np.float32)[:, :, None, None] * np.full((3, 3), 1 / 9, np.float32),
