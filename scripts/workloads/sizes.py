@@ -44,6 +44,19 @@ def contrastive_loss() -> dict:
   return {"outputs": [loss.numpy()]}
 
 
+def mobile_block() -> dict:
+  """A MobileNetV2-style inverted residual block on a 2x16x32x32 batch: a 1x1 expansion to 64 channels, a padded 3x3
+  depthwise conv, both clamped to [0, 6] (ReLU6 as `clip`), a 1x1 projection back to 16 and the residual add."""
+  rng = np.random.default_rng(24)
+  def t(*shape, scale=1.0): return Tensor((rng.standard_normal(shape) * scale).astype(np.float32))
+  x = t(2, 16, 32, 32)
+  with replay_location("mobile inverted residual"):
+    expanded = x.conv2d(t(64, 16, 1, 1, scale=0.25), t(64, scale=0.1)).clip(0, 6)
+    depthwise = expanded.conv2d(t(64, 1, 3, 3, scale=0.3), padding=1, groups=64).clip(0, 6)
+    out = (x + depthwise.conv2d(t(16, 64, 1, 1, scale=0.125))).realize()
+  return {"outputs": [out.numpy()]}
+
+
 def mixed_dtypes() -> dict:
   """Arithmetic across dtypes as programs write it: a uint8 image normalized to float32, an int8 weight times a
   uint8 activation accumulated in int32, a half-precision layer with a float32 bias, int and bool masks mixed

@@ -244,6 +244,21 @@ def test_contrastive_loss_matches_numpy():
   np.testing.assert_allclose(loss, (cross_entropy(logits) + cross_entropy(logits.T)) / 2, rtol=1e-4)
 
 
+def test_mobile_block_matches_numpy():
+  (out,) = WORKLOADS["mobile_block"]()["outputs"]
+  rng = np.random.default_rng(24)
+  def t(*shape, scale=1.0): return (rng.standard_normal(shape) * scale).astype(np.float32).astype(np.float64)
+  x = t(2, 16, 32, 32)
+  w1, b1 = t(64, 16, 1, 1, scale=0.25), t(64, scale=0.1)
+  wd, w2 = t(64, 1, 3, 3, scale=0.3), t(16, 64, 1, 1, scale=0.125)
+  expanded = np.clip(np.einsum("nchw,oc->nohw", x, w1[:, :, 0, 0]) + b1[None, :, None, None], 0, 6)
+  windows = np.lib.stride_tricks.sliding_window_view(np.pad(expanded, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3),
+                                                     axis=(2, 3))
+  depthwise = np.clip(np.einsum("nchwij,cij->nchw", windows, wd[:, 0]), 0, 6)
+  want = x + np.einsum("nchw,oc->nohw", depthwise, w2[:, :, 0, 0])
+  np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
 def test_mixed_dtypes_follow_the_promotion_rules_and_match_numpy():
   out = WORKLOADS["mixed_dtypes"]()["outputs"]
   rng = np.random.default_rng(22)
