@@ -267,19 +267,16 @@ class _Lowerer:
 
   def view_form(self, st: ShapeTracker, axis: int) -> str:
     """How lanes along `axis` address a view: "same" (one element for all), "contiguous" (neighbouring elements, one
-    validity for all), "strided" (elements a constant apart, one validity for all: see `view_stride`) or "gather"
-    (each lane its own)."""
+    validity for all) or "gather" (each lane its own)."""
     if axis >= len(st.shape) or _is_one(st.shape[axis]): return "same"
     idx, valid = self.view_uops(st)
     rng = _ranges(st.shape, self.bounds)[axis]
     if rng in valid.toposort: return "gather"
     if rng not in idx.toposort: return "same"
-    stride = _stride_along(idx, rng)
-    return "gather" if stride is None else "contiguous" if stride == 1 else "strided"
-
-  def view_stride(self, st: ShapeTracker, axis: int) -> int:
-    idx, _ = self.view_uops(st)
-    return unwrap(_stride_along(idx, _ranges(st.shape, self.bounds)[axis]))
+    terms = _terms(idx)
+    if sum(1 for t in terms if t is rng) == 1 and not any(rng in t.toposort for t in terms if t is not rng):
+      return "contiguous"
+    return "gather"
 
   def vector_value(self, value: UOp, run: list["_Lane"], ranges: Optional[dict],
                    known: Optional[dict[UOp, int]] = None) -> int:
@@ -296,21 +293,12 @@ class _Lowerer:
       if node in done: continue
       vector = node.dtype.vec(width)
       # one load for the run: an element all lanes share, or neighbouring float32 (a bool vector is one of ints)
-      if node.op is Ops.LOAD and ((form := self.load_form(node, axis)) == "same" or (
-          form == "contiguous" and node.dtype == dtypes.float32)):
+      if node.op is Ops.LOAD and (form := self.load_form(node, axis)) != "gather" and (
+          form == "same" or node.dtype == dtypes.float32):
         first = self.in_lane(run[0], lambda: self.value(node) if form == "same" else self.view_exprs(node.src[1].arg),
                              ranges, iterations[0])
         if form == "same": done[node] = self.emit(Ops.VECTORIZE, vector, (first,) * width)
         else: done[node] = self.emit(Ops.LOAD, vector, (self.define_global(node.src[0]), *first))
-      elif node.op is Ops.LOAD and (form := self.load_form(node, axis)) == "strided":
-        # lane k reads k strides past the first lane: one add each, not its own index expression
-        (idx, valid), stride = self.in_lane(run[0], lambda: self.view_exprs(node.src[1].arg), ranges,
-                                            iterations[0]), self.view_stride(node.src[1].arg, axis)
-        buf = self.define_global(node.src[0])
-        done[node] = self.emit(Ops.VECTORIZE, vector, tuple(
-          self.emit(Ops.LOAD, node.dtype, (buf, self.emit(Ops.ADD, dtypes.int32, (idx, self.const(k * stride,
-                                                                                                  dtypes.int32)))
-                                           if k else idx, valid)) for k in range(width)))
       elif node.op is Ops.CONST:
         done[node] = self.emit(Ops.VECTORIZE, vector, (self.const(node.arg, node.dtype),) * width)
       elif _is_vector_op(node): done[node] = self.emit(node.op, vector, tuple(done[s] for s in node.src))
@@ -619,18 +607,6 @@ def _interval_of(valid: UOp, index: UOp, extent: UOp) -> Optional[tuple[UOp, UOp
 
 
 def _terms(x: UOp) -> list[UOp]: return _flattened(x, Ops.ADD)
-
-
-def _stride_along(idx: UOp, rng: UOp) -> Optional[int]:
-  """The constant c when `idx` is `rng * c + rest` with `rest` free of `rng` (c = 1 for a bare term), else None."""
-  along = [t for t in _terms(idx) if rng in t.toposort]
-  if len(along) != 1: return None
-  term = along[0]
-  if term is rng: return 1
-  if term.op is Ops.MUL and rng in term.src:
-    other = term.src[1] if term.src[0] is rng else term.src[0]
-    if other.op is Ops.CONST and isinstance(other.arg, int) and rng not in other.toposort: return other.arg
-  return None
 
 
 def lower(ast: UOp, vector_width: int = VECTOR_WIDTH) -> Program:
