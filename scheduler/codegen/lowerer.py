@@ -226,23 +226,22 @@ class _Lowerer:
     # the innermost reduce loop keeps `unroll` independent accumulators, so consecutive adds do not wait on each other
     accs = [[self.emit(Ops.DEFINE_ACC, dtype, (identity,)) for _ in range(unroll)] for _ in (runs or lanes)]
 
-    def step(ranges: dict) -> int:
+    def step(k: int, ranges: dict) -> None:
+      """One step of the reduce into accumulator k of every lane (or run of lanes)."""
       if runs:
         for run, mine in zip(runs, accs):
-          self.emit(Ops.ASSIGN, dtype, (mine[k], self.emit(red_op, dtype, (mine[k], self.vector_value(u.src[0], run,
-                                                                                                     ranges)))))
+          value = self.vector_value(u.src[0], run, ranges)
+          self.emit(Ops.ASSIGN, dtype, (mine[k], self.emit(red_op, dtype, (mine[k], value))))
       else:
         for lane, mine in zip(lanes, accs): self.in_lane(lane, lambda: self.accumulate(u, red_op, mine[k]), ranges)
     opened = self.open_loops(loop_axes[:-1] if unroll > 1 else loop_axes, in_shape)
-    if unroll == 1:
-      k = 0
-      step({})
+    if unroll == 1: step(0, {})
     else:
       last = loop_axes[-1]
       rng = self.emit(Ops.RANGE, dtypes.int32, (self.const(0, dtypes.int32), self.const(inner // unroll, dtypes.int32)),
                       last)
       base = self.emit(Ops.MUL, dtypes.int32, (rng, self.const(unroll, dtypes.int32)))
-      for k in range(unroll): step({last: self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32)))})
+      for k in range(unroll): step(k, {last: self.emit(Ops.ADD, dtypes.int32, (base, self.const(k, dtypes.int32)))})
       self.emit(Ops.ENDRANGE, dtypes.void, (rng,))
     self.close_loops(opened)
     out = []
