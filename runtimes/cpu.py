@@ -267,12 +267,12 @@ def render_c(prg: Program, wide: Optional[Program] = None) -> str:
   if wide is None:
     return f"{_PRELUDE}{_typedefs(vectors)}\n{unoptimized}void {prg.name}({', '.join(params)}) {{\n{body}\n}}\n"
   wide_body = _render_body(wide, vectors)
-  args = ", ".join(p.rsplit(" ", 1)[1] for p in params)
+  declared, args = ", ".join(params), ", ".join(p.rsplit(" ", 1)[1] for p in params)
   return (f"{_PRELUDE}{_typedefs(vectors)}\n"
-          f"{unoptimized}__attribute__((target(\"avx2\"))) static void {prg.name}__avx2({', '.join(params)}) {{\n"
+          f"{unoptimized}__attribute__((target(\"avx2\"))) static void {prg.name}__avx2({declared}) {{\n"
           f"{wide_body}\n}}\n"
-          f"{unoptimized}static void {prg.name}__base({', '.join(params)}) {{\n{body}\n}}\n"
-          f"void {prg.name}({', '.join(params)}) {{\n  __builtin_cpu_init();\n"
+          f"{unoptimized}static void {prg.name}__base({declared}) {{\n{body}\n}}\n"
+          f"void {prg.name}({declared}) {{\n  __builtin_cpu_init();\n"
           f"  if (__builtin_cpu_supports(\"avx2\")) {prg.name}__avx2({args});\n  else {prg.name}__base({args});\n}}\n")
 
 
@@ -282,7 +282,7 @@ def _typedefs(vectors: dict[DType, str]) -> str:
                  for dt, name in vectors.items())
 
 
-def _is_mask(dtype: DType) -> bool: return dtype.count > 1 and _scalar_of(dtype) == dtypes.bool
+def _is_mask(dtype: DType) -> bool: return dtype.count > 1 and dtype.priority == dtypes.bool.priority
 
 
 def _render_body(prg: Program, vectors: dict[DType, str]) -> str:
@@ -338,6 +338,7 @@ def _render_body(prg: Program, vectors: dict[DType, str]) -> str:
   return "\n".join(lines)
 
 
+@functools.cache
 def _scalar_of(vector: DType) -> DType:
   return next(dt for dt in _ctype if dt.priority == vector.priority and dt.itemsize * vector.count == vector.itemsize)
 
@@ -356,12 +357,9 @@ def _render_alu(op: Ops, dtype: DType, s: list[str]) -> str:
     return f"({ct}){fn}((float)({s[0]}))" if dtype == dtypes.float16 else f"{fn}({s[0]})"
   if op is Ops.RECIP: return f"(({ct})1/({s[0]}))"
   if op is Ops.NEG: return f"(-{s[0]})"
-  # choices lane by lane, as the scalar forms (the same bits for nan and -0.0)
-  if op is Ops.MAX and dtype.count > 1:
-    return "(" + ct + "){" + ", ".join(f"({s[0]}[{k}]>{s[1]}[{k}])?{s[0]}[{k}]:{s[1]}[{k}]"
-                                        for k in range(dtype.count)) + "}"
-  if op is Ops.WHERE and dtype.count > 1:
-    return "(" + ct + "){" + ", ".join(f"({s[0]}[{k}])?{s[1]}[{k}]:{s[2]}[{k}]" for k in range(dtype.count)) + "}"
+  if op in (Ops.MAX, Ops.WHERE) and dtype.count > 1:   # choices lane by lane, by the scalar rule (the same bits)
+    lanes = (_render_alu(op, _scalar_of(dtype), [f"{x}[{k}]" for x in s]) for k in range(dtype.count))
+    return f"({ct}){{{', '.join(lanes)}}}"
   if op is Ops.MAX: return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
   if op is Ops.WHERE: return f"(({s[0]})?{s[1]}:{s[2]})"
   if op is Ops.THREEFRY: return f"threefry2x32({s[0]}, {s[1]})"

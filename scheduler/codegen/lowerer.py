@@ -46,16 +46,15 @@ class LoweringError(RuntimeError):
 
 
 class _Lowerer:
-  def __init__(self, ast: UOp, vector_width: Optional[int] = None):
+  def __init__(self, ast: UOp, vector_width: int):
     self.ast = ast
-    self.vector_width = vector_width or VECTOR_WIDTH
+    self.vector_width = vector_width
     self.instrs: list[Instr] = []
     self.consts: dict[tuple, int] = {}
     self.scopes: list[dict[UOp, int]] = [{}]
     self.ranges: list[dict[int, int]] = [{}]
     self.vars: dict[str, int] = {}
     self.globals: dict[int, int] = {}
-    self.view_cache: dict[tuple, tuple[UOp, UOp]] = {}
     self.bounds: dict[int, tuple[int, int]] = {}   # output axis -> (start, end) of the region being lowered
     self.computed: list[dict[tuple, int]] = [{}]    # pure instructions by content, one level per open loop
     self.accumulators: set[int] = set()
@@ -119,13 +118,7 @@ class _Lowerer:
     if name not in self.vars: self.vars[name] = self.emit(Ops.DEFINE_VAR, u.dtype, (), u.arg)
     return self.vars[name]
 
-  def view_uops(self, st: ShapeTracker) -> tuple[UOp, UOp]:
-    """A view's index and valid expressions over the RANGE nodes of its axes (see `_ranges`), simplified."""
-    # the same for every lane and unroll step of a loop: simplify each view once, emit it per scope
-    if (exprs := self.view_cache.get(key := (st, tuple(self.bounds.items())))) is None:
-      idx, valid = st.to_indexed_uops(_ranges(st.shape, self.bounds))
-      exprs = self.view_cache[key] = (idx.simplify(), valid.simplify())
-    return exprs
+  def view_uops(self, st: ShapeTracker) -> tuple[UOp, UOp]: return view_uops(st, tuple(self.bounds.items()))
 
   def view_exprs(self, st: ShapeTracker) -> tuple[int, int]:
     idx, valid = self.view_uops(st)
@@ -482,8 +475,7 @@ def interior(s: UOp, axis: int) -> Optional[tuple[int, int]]:
   for st in {u.arg for u in s.src[2].toposort if u.op is Ops.VIEW and isinstance(u.arg, ShapeTracker)}:
     if axis >= len(st.shape) or all(v.mask is None for v in st.views): continue
     ranges = _ranges(st.shape)
-    _, valid = st.to_indexed_uops(ranges)
-    valid = valid.simplify()
+    _, valid = view_uops(st)
     if ranges[axis].op is not Ops.RANGE or ranges[axis] not in valid.toposort: continue
     if (interval := _interval_of(valid, ranges[axis], sint_to_uop(extent))) is None: return None
     low, high, _ = interval
@@ -519,6 +511,15 @@ def _vector_nodes(value: UOp) -> list[UOp]:
 def _work(shape: tuple) -> float:
   """Iterations of a loop nest over `shape`; unbounded when an extent is symbolic (its value is known only at run)."""
   return math.prod(d if isinstance(d, int) else math.inf for d in shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def view_uops(st: ShapeTracker, bounds: tuple = ()) -> tuple[UOp, UOp]:
+  """A view's index and valid expressions over the RANGE nodes of its axes (see `_ranges`; `bounds`: (axis, (start,
+  end)) pairs), simplified. The same for every lane, unroll step, part of the output and vector width of a kernel
+  (and for kernels that share views): each is simplified once."""
+  idx, valid = st.to_indexed_uops(_ranges(st.shape, dict(bounds)))
+  return idx.simplify(), valid.simplify()
 
 
 def _ranges(shape: tuple, bounds: Optional[dict[int, tuple[int, int]]] = None) -> list[UOp]:
@@ -617,8 +618,9 @@ def lower(ast: UOp, vector_width: int = VECTOR_WIDTH) -> Program:
   for s in stores:
     out_shape = s.src[1].arg.shape
     axes = [i for i, d in enumerate(out_shape) if not _is_one(d)]
-    for lw.bounds, inside in regions(s, axes):
-      if (upcasts := upcast_choice(s, axes, lw.bounds, inside)):
+    for bounds, inside in regions(s, axes):
+      lw.bounds = bounds
+      if (upcasts := upcast_choice(s, axes, bounds, inside)):
         lw.store_upcast(s, axes, upcasts)
         continue
       opened = lw.open_loops(axes, out_shape)
