@@ -163,6 +163,49 @@ MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migra
               _migrate_to_8, _migrate_to_9, _migrate_to_10, _migrate_to_11, _migrate_to_12]
 
 
+# the schema the migrations build, made at once in a new database (importing sqlite-utils and running twelve steps
+# took longer than the first captures of a short program); tests/replay/test_store.py checks both give one schema
+FRESH_SCHEMA = (
+  'CREATE TABLE "runs" ("id" INTEGER PRIMARY KEY, "started" REAL, "finished" REAL, "git_commit" TEXT, '
+  '"git_dirty" INTEGER, "argv" TEXT, "python" TEXT, "numpy" TEXT, "host" TEXT, "flags" TEXT, "exit_code" INTEGER, '
+  '"cwd" TEXT, "env" TEXT, "flag_defaults" TEXT, "tree" TEXT, "rerun_of" INTEGER, "lost" INTEGER)',
+  'CREATE TABLE "blobs" ("sha256" TEXT PRIMARY KEY, "size" INTEGER, "data" BLOB, "base" TEXT)',
+  'CREATE TABLE "captures" ("id" INTEGER PRIMARY KEY, "run_id" INTEGER REFERENCES "runs"("id"), "kind" TEXT, '
+  '"key" TEXT, "name" TEXT, "location" TEXT, "time" REAL, "input_sha" TEXT REFERENCES "blobs"("sha256"), '
+  '"output_sha" TEXT REFERENCES "blobs"("sha256"), "flags" TEXT, "meta" TEXT)',
+  'CREATE INDEX "idx_captures_run_id_kind" ON "captures" ("run_id", "kind")',
+  'CREATE INDEX "idx_captures_key" ON "captures" ("key")',
+  'CREATE INDEX "idx_captures_location" ON "captures" ("location")',
+  'CREATE INDEX "idx_captures_name" ON "captures" ("name")',
+  'CREATE TABLE "replays" ("id" INTEGER PRIMARY KEY, "started" REAL, "finished" REAL, "capture_run_id" INTEGER, '
+  '"base_ref" TEXT, "base_commit" TEXT, "head_commit" TEXT, "jobs" INTEGER, "argv" TEXT, "verdict" TEXT, '
+  '"exit_code" INTEGER, "selected" INTEGER, "policy" TEXT, "notes" TEXT, "shard" TEXT)',
+  'CREATE TABLE "outcomes" ("id" INTEGER PRIMARY KEY, "replay_id" INTEGER REFERENCES "replays"("id"), '
+  '"capture_id" INTEGER REFERENCES "captures"("id"), "status" TEXT, "reason" TEXT, "diff" TEXT, "metrics" TEXT, '
+  '"seconds" REAL)',
+  'CREATE INDEX "idx_outcomes_replay_id_status" ON "outcomes" ("replay_id", "status")',
+  'CREATE INDEX "idx_outcomes_capture_id" ON "outcomes" ("capture_id")',
+  'CREATE TABLE "accepted" ("id" INTEGER PRIMARY KEY, "kind" TEXT, "location" TEXT, "fingerprint" TEXT, '
+  '"name" TEXT, "time" REAL, "head_commit" TEXT, "base_commit" TEXT)',
+  'CREATE UNIQUE INDEX "idx_accepted_kind_location_fingerprint_base_commit" ON "accepted" ("kind", "location", '
+  '"fingerprint", "base_commit")',
+  'CREATE TABLE "capture_blobs" ("capture_id" INTEGER REFERENCES "captures"("id"), '
+  '"sha256" TEXT REFERENCES "blobs"("sha256"), PRIMARY KEY ("capture_id", "sha256"))',
+  'CREATE INDEX "idx_capture_blobs_sha256" ON "capture_blobs" ("sha256")',
+  'CREATE TABLE "issued_ids" ("name" TEXT PRIMARY KEY, "value" INTEGER)',
+  """INSERT INTO issued_ids (name, value) VALUES ('runs', 0), ('replays', 0)""",
+  'CREATE TABLE "identity" ("uuid" TEXT PRIMARY KEY)',
+  'CREATE TABLE "schema_version" ("version" INTEGER)',
+)
+
+
+def _create_fresh(conn: sqlite3.Connection) -> None:
+  """The current schema in an empty database (inside the caller's transaction)."""
+  import uuid
+  for statement in FRESH_SCHEMA: conn.execute(statement)
+  conn.execute("INSERT INTO identity (uuid) VALUES (?)", (str(uuid.uuid4()),))
+
+
 class Store:
   """One open database. Every write is its own transaction, committed before the call returns."""
 
@@ -185,6 +228,7 @@ class Store:
     self._bases: dict[tuple, tuple[str, bytes]] = {}           # role -> (sha256, bytes) of its current dictionary
     self._pending_bases: dict[tuple, tuple[str, bytes]] = {}   # written in the open transaction
     self._candidates: dict[tuple, bytes] = {}                  # role -> the start of its last payload stored whole
+    self._whole_ratios: dict[tuple, float] = {}                # role -> how its last payload compressed alone
     self._dictionaries: dict[str, bytes] = {}                  # bases read lately
     if self._version() != SCHEMA_VERSION: self._migrate()
 
@@ -224,11 +268,13 @@ class Store:
                            f"({SCHEMA_VERSION}); "
                            "upgrade the harness or use another REPLAY_DB")
         if version == SCHEMA_VERSION: return
-        if version == 0 and "schema_version" not in self.db.table_names() and self.db.table_names():
-          raise StoreError(f"{self.path} is an SQLite file but not a replay database (tables: "
-                           f"{', '.join(self.db.table_names())})")
-        for step in MIGRATIONS[version:]: step(self.db)
-        if "schema_version" not in self.db.table_names(): self.db["schema_version"].create({"version": int})
+        tables = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        if version == 0 and "schema_version" not in tables and tables:
+          raise StoreError(f"{self.path} is an SQLite file but not a replay database (tables: {', '.join(tables)})")
+        if not tables: _create_fresh(self.conn)
+        else:
+          for step in MIGRATIONS[version:]: step(self.db)
+          if "schema_version" not in self.db.table_names(): self.db["schema_version"].create({"version": int})
         self.conn.execute("DELETE FROM schema_version")
         self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
     except sqlite3.DatabaseError as e: raise StoreError(f"{self.path} is not a usable replay database: {e}") from e
@@ -287,7 +333,11 @@ class Store:
     def worth_it(packed: bytes) -> bool:
       nonlocal whole
       if len(packed) * 10 <= len(data): return True   # a whole payload compresses to a third or so
+      if whole is None and (ratio := self._whole_ratios.get(role)) is not None:
+        # as well as the role's last payload compressed alone: no need to compress this one alone to know
+        if len(packed) <= DELTA_GAIN * ratio * len(data): return True
       if whole is None: whole = _deflate(data)
+      self._whole_ratios[role] = len(whole) / len(data)
       return len(packed) <= DELTA_GAIN * len(whole)
     if current is not None and worth_it(packed := _deflate(data, current[1])):
       self._insert_blob(sha, data, packed, current[0])
@@ -394,9 +444,10 @@ class Store:
     if self.blob_count() <= limit: self._known_blobs.update(r[0] for r in self.conn.execute("SELECT sha256 FROM blobs"))
 
   def add_capture(self, *args, **kwargs) -> int:
-    """Store a capture with its input and output payloads, and `shared_blobs` (sha256 -> bytes: input buffers the
-    payload refers to by hash), all in one transaction; blobs the file already holds are not written again. A blob
-    this process saw stored may be gone since (`replay prune` ran meanwhile): then every blob is written again."""
+    """Store a capture with its input and output payloads, and `shared_blobs` (sha256 -> bytes: parts and input buffers
+    the payloads refer to by hash; `roles` names what a part is, for delta compression), all in one transaction; blobs
+    the file already holds are not written again. A blob this process saw stored may be gone since (`replay prune` ran
+    meanwhile): then every blob is written again."""
     try: return self._add_capture(*args, **kwargs)
     except sqlite3.IntegrityError:
       self._known_blobs.clear()
@@ -409,7 +460,7 @@ class Store:
 
   def _add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes,
                    output_data: bytes, flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None,
-                   shared_blobs: Optional[dict[str, bytes]] = None) -> int:
+                   shared_blobs: Optional[dict[str, bytes]] = None, roles: Optional[dict[str, tuple]] = None) -> int:
     in_sha, out_sha = input_sha or self.blob_sha(input_data), self.blob_sha(output_data)
     shared_blobs = shared_blobs or {}
     row = (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
@@ -422,7 +473,7 @@ class Store:
       except sqlite3.OperationalError as e: raise self.write_error(e) from e
     try:
       with self.transaction():
-        for sha, data in shared_blobs.items(): self._put_blob(data, sha)
+        for sha, data in shared_blobs.items(): self._put_blob(data, sha, (roles or {}).get(sha))
         self._put_blob(input_data, in_sha, (kind, "input"))
         self._put_blob(output_data, out_sha, (kind, "output"))
         capture_id = self.conn.execute(sql, row).lastrowid

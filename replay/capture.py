@@ -5,11 +5,11 @@ buffers before the kernels overwrite them) and its outputs when it returns, then
 database in one transaction: a capture is durable as soon as the captured call has returned.
 """
 from __future__ import annotations
-import atexit, hashlib, json, os, platform, subprocess, sys, threading, weakref
+import atexit, hashlib, json, os, platform, sys, threading, weakref
 from typing import Any, Optional
 import numpy as np
 from db import Store
-from replay import buffers, serialize, sut
+from replay import buffers, parts, serialize, sut
 from replay.locations import current_region
 from replay.serialize import NON_COMPILER_FLAGS
 
@@ -119,6 +119,7 @@ def flag_defaults_json() -> str:
 
 
 def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:
+  import subprocess   # here: a capturing process asks git from a thread of its own, after its first capture
   try:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
     if commit.returncode != 0: return None, None
@@ -195,29 +196,55 @@ def _exec_inputs(sink) -> tuple[dict, dict, dict[str, bytes]]:
   return contents, ({"omitted_buffers": len(omitted), "omitted_bytes": sum(omitted)} if omitted else {}), shared
 
 
-# per thread, the last graph pickled and its bytes: a realize and its schedule share one graph
+# per thread, the last graph pickled, its sha256 and bytes: a realize and its schedule share one graph
 _graph_memo = threading.local()
 
 
-def graph_bytes(sink) -> bytes:
+def graph_part(sink) -> tuple[str, bytes]:
+  """The graph as a part of its own (`replay/parts.py`): its sha256 and pickled bytes."""
   last = getattr(_graph_memo, "last", None)
   if last is not None and last[0]() is sink: return last[1]
   data = serialize.dumps(sink)
-  _graph_memo.last = (weakref.ref(sink), data)
-  return data
+  part = (hashlib.sha256(data).hexdigest(), data)
+  _graph_memo.last = (weakref.ref(sink), part)
+  return part
+
+
+
+# what a part is, for the store's delta compression (a payload is compressed against an earlier one of its role)
+_GRAPH_ROLE, _AST_ROLE = ("part", "graph"), ("part", "ast")
+
+
+# kernel ASTs as parts of their own, by AST (a schedule's output pickles them, the kernel captures that render them
+# next reuse the bytes; a training loop schedules the same ASTs every step)
+_ast_parts: "weakref.WeakKeyDictionary[Any, tuple[str, bytes]]" = weakref.WeakKeyDictionary()
+_ast_parts_lock = threading.Lock()
+
+
+def ast_part(ast) -> tuple[str, bytes]:
+  """The AST as a part of its own: its sha256 and pickled bytes (pickled once per process)."""
+  if (hit := _ast_parts.get(ast)) is not None: return hit
+  data = serialize.dumps(ast)
+  part = (hashlib.sha256(data).hexdigest(), data)
+  with _ast_parts_lock: _ast_parts[ast] = part
+  return part
 
 
 # the payloads of the last few schedules by their kernels: a training loop schedules the same kernels every step
-_schedule_outputs: dict[tuple, bytes] = {}
+_schedule_outputs: dict[tuple, tuple[bytes, dict[str, bytes], str]] = {}
 SCHEDULE_MEMO = 32
 
 
-def _schedule_output_bytes(asts: list, var_vals: dict) -> bytes:
+def _schedule_output(asts: list, var_vals: dict) -> tuple[bytes, dict[str, bytes], str]:
+  """A schedule's output payload (its kernels as parts), the parts, and the capture's name (`3 kernels: E,r`)."""
   key = (tuple(asts), tuple(var_vals.items()))
   if (hit := _schedule_outputs.get(key)) is not None: return hit
   if len(_schedule_outputs) >= SCHEDULE_MEMO: _schedule_outputs.pop(next(iter(_schedule_outputs)))
-  data = _schedule_outputs[key] = serialize.dumps({"asts": asts, "var_vals": var_vals})
-  return data
+  ast_parts = [ast_part(a) for a in asts]
+  data = serialize.dumps({parts.ASTS: [sha for sha, _ in ast_parts], "var_vals": var_vals})
+  kinds = ",".join(sorted({sut.contract().kernel_kind(a) for a in asts}))
+  hit = _schedule_outputs[key] = (data, dict(ast_parts), f"{len(asts)} kernels" + (f": {kinds}" if asts else ""))
+  return hit
 
 
 _flags_json: dict[tuple, str] = {}
@@ -236,15 +263,24 @@ class CapturePoint:
     self.kind, self.meta = kind, {k: (v() if callable(v) else v) for k, v in meta.items()}
     self.output: Any = None
     self.has_output = False
-    self.shared: dict[str, bytes] = {}   # input buffers stored as blobs of their own, by sha256
+    # blobs of their own the payloads refer to, by sha256: parts (a graph, kernel ASTs) and an exec's input buffers
+    self.shared: dict[str, bytes] = {}
+    self.roles: dict[str, tuple] = {}
     contract = sut.contract()
     self.flags = contract.flag_values()
     with contract.without_pickled_buffers():
-      if kind == "schedule": payload = {"graph_pickle": graph_bytes(inputs[0])}
-      elif kind == "kernel": payload = {"ast": inputs[0], "device": inputs[1], "options": inputs[2]}
+      if kind == "schedule":
+        sha, graph = graph_part(inputs[0])
+        payload, self.shared, self.roles = {parts.GRAPH: sha}, {sha: graph}, {sha: _GRAPH_ROLE}
+      elif kind == "kernel":
+        sha, ast = ast_part(inputs[0])
+        payload, self.shared = {parts.AST: sha, "device": inputs[1], "options": inputs[2]}, {sha: ast}
+        self.roles = {sha: _AST_ROLE}
       elif kind == "exec":
         contents, info, self.shared = _exec_inputs(inputs[0])
-        payload = {"graph_pickle": graph_bytes(inputs[0]), "buffers": contents}
+        sha, graph = graph_part(inputs[0])
+        payload = {parts.GRAPH: sha, "buffers": contents}
+        self.shared[sha], self.roles = graph, {sha: _GRAPH_ROLE}
         self.meta.update(info)
       else: raise ValueError(f"unknown capture kind {kind!r}")
       self.input_data = serialize.dumps(payload)
@@ -277,9 +313,9 @@ class CapturePoint:
     with contract.without_pickled_buffers():
       if self.kind == "schedule":
         asts, var_vals = self.output
-        self.name = f"{len(asts)} kernels" + (f": {','.join(sorted({contract.kernel_kind(a) for a in asts}))}" if asts
-                                              else "")
-        output_data = _schedule_output_bytes(list(asts), dict(var_vals))
+        output_data, ast_parts, self.name = _schedule_output(list(asts), dict(var_vals))
+        self.shared = {**self.shared, **ast_parts}
+        self.roles = {**self.roles, **dict.fromkeys(ast_parts, _AST_ROLE)}
       elif self.kind == "kernel":
         src, name, *options = self.output   # older compilers hand over (src, name) only
         output_data = serialize.dumps({"src": src, "name": name, **({"options": options[0]} if options else {})})
@@ -294,4 +330,4 @@ class CapturePoint:
     store, run_id = SINK.get()
     store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data,
                       flags_json(self.flags), self.meta,
-                      input_sha=in_sha, shared_blobs=self.shared)
+                      input_sha=in_sha, shared_blobs=self.shared, roles=self.roles)

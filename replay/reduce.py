@@ -15,7 +15,7 @@ import base64, json, math, os, pathlib, selectors, subprocess, sys, tempfile, ti
 from dataclasses import dataclass, field
 from typing import Any, Optional
 import numpy as np
-from replay import buffers, serialize, sut
+from replay import buffers, parts, serialize, sut
 from replay.compare import DEFAULT_TOLERANCES, ast_text, compare_exec
 
 INLINE_ELEMENTS = 64       # inputs and expected outputs up to this size are written into the test file
@@ -368,9 +368,9 @@ def load_capture(store, cap: dict, contract, tmpdir: str):
     raise ReduceError(f"capture {cap['id']} is a kernel capture: reduce the schedule or exec capture at the same "
                       f"location ({cap['location']}), whose graph made the kernel")
   try:
-    inp = serialize.loads(store.get_blob(cap["input_sha"]))
+    shared = store.shared_blobs(cap["id"])
+    inp = parts.join_input(cap["kind"], serialize.loads(store.get_blob(cap["input_sha"])), shared)
     graph = serialize.loads(inp["graph_pickle"]) if "graph_pickle" in inp else inp["graph"]
-    shared = store.shared_blobs(cap["id"]) if cap["kind"] == "exec" else {}
     contents = inp.get("buffers") or {}
     return contract.fresh_buffers(graph, contents, lambda entry, n: buffers.decode(entry, shared, n), tmpdir)
   except Exception as e:

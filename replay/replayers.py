@@ -6,7 +6,7 @@ Runs inside a worker process. A capture that this revision cannot load or call i
 from __future__ import annotations
 import tempfile, time
 from typing import Any, Optional
-from replay import buffers, serialize, sut
+from replay import buffers, parts, serialize, sut
 from replay.compare import Comparison, compare_schedule, compare_kernel, compare_exec
 from replay.serialize import NON_COMPILER_FLAGS
 
@@ -21,6 +21,15 @@ def load_payload(data: bytes) -> Any:
   except serialize.UnsafePickleError: raise
   except (ImportError, AttributeError, KeyError, TypeError, ValueError, EOFError) as e:
     raise Incompatible(f"cannot load the capture with this revision: {type(e).__name__}: {e}") from e
+
+
+def load_joined(kind: str, input_data: bytes, output_data: Optional[bytes],
+                shared: Optional[dict[str, bytes]]) -> tuple[Any, Any]:
+  """A capture's input and output payloads with their parts joined back in (`replay/parts.py`)."""
+  try:
+    inp = parts.join_input(kind, load_payload(input_data), shared)
+    return inp, None if output_data is None else parts.join_output(kind, load_payload(output_data), shared)
+  except parts.PartError as e: raise Incompatible(str(e)) from None
 
 
 def _contract():
@@ -120,12 +129,12 @@ def replay_one(kind: str, input_data: bytes, output_data: bytes, flags: dict[str
     try:
       with _flag_context(flags):
         return {"status": "same", "reason": "", "diff": "", "metrics": {}, "compiler_seconds": 0.0,
-                                         "trace": trace_schedule(load_payload(input_data))}
+                                         "trace": trace_schedule(load_joined(kind, input_data, None, shared)[0])}
     except Exception as e:
       return {"status": "error", "reason": f"cannot trace this capture: {type(e).__name__}: {e}", "diff": "",
               "metrics": {}, "compiler_seconds": 0.0}
   try:
-    inp, captured = load_payload(input_data), load_payload(output_data)
+    inp, captured = load_joined(kind, input_data, output_data, shared)
     if kind == "exec":
       try: captured = buffers.decode_outputs(captured, shared)
       except buffers.BufferEntryError as e: raise Incompatible(f"captured output: {e}") from None

@@ -19,7 +19,7 @@ import json, os, pathlib, subprocess, sys
 from dataclasses import dataclass, field
 from typing import Optional
 from db import Store, BlobError
-from replay import buffers, serialize
+from replay import buffers, parts, serialize
 from replay.alignment import align
 from replay.compare import Comparison, compare_schedule, compare_kernel, compare_exec, output_names
 
@@ -141,9 +141,8 @@ def run_again(store: Store, run: dict, tree: str, sut_root: Optional[str], sut: 
 # ***** pairing and comparing two runs *****
 
 def _payload(store: Store, capture: dict):
-  payload = serialize.loads(store.get_blob(capture["output_sha"]))
-  if capture["kind"] != "exec": return payload
-  return buffers.decode_outputs(payload, store.shared_blobs(capture["id"]))
+  payload, shared = parts.load_output(store, capture)
+  return buffers.decode_outputs(payload, shared) if capture["kind"] == "exec" else payload
 
 
 def compare_captures(store: Store, mine: dict, theirs: dict, tolerances: Optional[dict]) -> Comparison:
@@ -154,6 +153,7 @@ def compare_captures(store: Store, mine: dict, theirs: dict, tolerances: Optiona
   except serialize.ContractVersionError as e: return Comparison("incompatible", f"cannot load a payload: {e}")
   except (BlobError, serialize.UnsafePickleError, serialize.PayloadFormatError) as e:
     return Comparison("error", f"cannot load a payload: {e}")
+  except parts.PartError as e: return Comparison("error", f"cannot load a payload: {e}")
   except (ImportError, AttributeError) as e:   # the other tree pickled a module or name this tree does not have
     return Comparison("incompatible", f"cannot load a payload with this revision: {type(e).__name__}: {e}")
   except Exception as e:

@@ -232,8 +232,7 @@ class CaptureReplay:
     while self.pending and not self.stopped:
       cap = self.pending.pop(w.slot)
       try:
-        # only exec payloads refer to buffer blobs
-        shared = self.store.shared_blobs(cap["id"]) if cap["kind"] == "exec" else {}
+        shared = self.store.shared_blobs(cap["id"])   # parts and buffers the payloads refer to
         w.send(cap, self.store.get_blob(cap["input_sha"]), self.store.get_blob(cap["output_sha"]), shared,
                self.options.tolerances,
                self.options.timeout, self.options.trace)

@@ -375,7 +375,7 @@ class Session:
   def capture_text(self, capture_id: int) -> str:
     """One capture as `replay show` prints it: what it is, its flags, its payload (AST, source or outputs), its last
     outcome; content from the database is cleaned of control characters."""
-    from replay import buffers, serialize
+    from replay import buffers, parts
     from replay.compare import ast_text, schedule_text
     store, cap = self.store(), self.capture_row(capture_id)
     lines = [f"capture {cap['id']} [{cap['kind']}] {cap['name']}\nrun {cap['run_id']}  location {cap['location']}\nkey "
@@ -387,8 +387,8 @@ class Session:
       elif field == "flags": lines.append("flags " + " ".join(f"{k}={v}" for k, v in value.items() if v))
       elif value: lines.append(f"meta {value}")
     try:
-      inp, out = serialize.loads(store.get_blob(cap["input_sha"])), serialize.loads(store.get_blob(cap["output_sha"]))
-      if cap["kind"] == "exec": out = buffers.decode_outputs(out, store.shared_blobs(cap["id"]))
+      inp, out, shared = parts.load_capture(store, cap)
+      if cap["kind"] == "exec": out = buffers.decode_outputs(out, shared)
       if cap["kind"] == "schedule": lines.append("\n" + schedule_text(out["asts"]))
       elif cap["kind"] == "kernel": lines.append(f"\ndevice {inp['device']}\n{ast_text(inp['ast'])}\n\n{out['src']}")
       else:

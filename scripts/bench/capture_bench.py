@@ -1,7 +1,8 @@
 """Capture overhead: the corpus (or the workloads named: `python -m scripts.bench.capture_bench --only mlp_sgd
 cnn_adam transformer_adamw --no-variants`) run with capture off and on, alternating, ROUNDS=5 pairs (fresh processes,
 warm compile cache). Prints the median wall times, the median of the pairs' ratios, and database bytes per capture
-(per kind: every blob its captures refer to, with the zlib dictionaries of their deltas)."""
+(per kind: the blobs its captures refer to, with the zlib dictionaries of their deltas; a blob that several captures
+refer to is split between them)."""
 import os, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
@@ -29,18 +30,22 @@ def main():
     conn = sqlite3.connect(db)
     captures = conn.execute("SELECT count(*) FROM captures").fetchone()[0]
     blob_bytes = conn.execute("SELECT coalesce(sum(length(data)), 0) FROM blobs").fetchone()[0]
-    # per kind, of the first run: every blob its captures refer to (payloads and shared input buffers), once
+    # per kind, of the first run: each blob its captures refer to (payloads, parts, input buffers, and the zlib
+    # dictionary of a delta) split evenly between the captures that refer to it
     first_run = conn.execute("SELECT min(run_id) FROM captures").fetchone()[0]
-    per_kind = {}
-    for kind in ("schedule", "kernel", "exec"):
-      n = conn.execute("SELECT count(*) FROM captures WHERE run_id = ? AND kind = ?", (first_run, kind)).fetchone()[0]
-      mine = "SELECT id FROM captures WHERE run_id = ? AND kind = ?"
-      refs = (f"SELECT input_sha FROM captures WHERE id IN ({mine}) UNION SELECT output_sha FROM captures WHERE id IN "
-              f"({mine}) UNION SELECT sha256 FROM capture_blobs WHERE capture_id IN ({mine})")
-      # with the zlib dictionaries the kind's deltas were compressed with
-      total = conn.execute(f"SELECT coalesce(sum(length(data)), 0) FROM blobs WHERE sha256 IN ({refs}) OR sha256 IN "
-                           f"(SELECT base FROM blobs WHERE sha256 IN ({refs}))", (first_run, kind) * 6).fetchone()[0]
-      per_kind[kind] = (n, total)
+    refs: dict[str, list[str]] = {}
+    for cid, kind, inp, out in conn.execute("SELECT id, kind, input_sha, output_sha FROM captures WHERE run_id = ?",
+                                            (first_run,)).fetchall():
+      shared = [r[0] for r in conn.execute("SELECT sha256 FROM capture_blobs WHERE capture_id = ?", (cid,))]
+      for sha in {inp, out, *shared}: refs.setdefault(sha, []).append(kind)
+    sizes = dict(conn.execute("SELECT sha256, length(data) FROM blobs").fetchall())
+    for sha, base in conn.execute("SELECT sha256, base FROM blobs WHERE base IS NOT NULL").fetchall():
+      if sha in refs: refs.setdefault(base, []).extend(refs[sha])
+    per_kind = {k: [0, 0.0] for k in ("schedule", "kernel", "exec")}
+    for kind, n in conn.execute("SELECT kind, count(*) FROM captures WHERE run_id = ? GROUP BY kind", (first_run,)):
+      per_kind.setdefault(kind, [0, 0.0])[0] = n
+    for sha, kinds in refs.items():
+      for kind in kinds: per_kind[kind][1] += sizes.get(sha, 0) / len(kinds)
     conn.close()
     size = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp) if f.startswith("bench.db"))
   m_off, m_on = statistics.median(off), statistics.median(on)
@@ -50,10 +55,10 @@ def main():
   print(f"{captures} captures over {rounds} runs; database {size / 1e6:.2f} MB = {size / max(captures, 1):.0f} bytes "
         f"per capture "
         f"({blob_bytes / max(captures, 1):.0f} compressed blob bytes per capture; identical payloads are stored once)")
-  print("one run, compressed blob bytes per capture by kind: " + ", ".join(f"{kind} {total / max(n, 1):.0f} ({n} "
-                                                                           f"captures)"
-                                                                          for kind, (n, total) in per_kind.items())
-        + " (input and output buffers stored once by content, constant fills as their value)")
-
+  first = sum(total for _, total in per_kind.values()) / max(sum(n for n, _ in per_kind.values()), 1)
+  print(f"one run, compressed blob bytes per capture: {first:.0f}; by kind: "
+        + ", ".join(f"{kind} {total / max(n, 1):.0f} ({n} captures)" for kind, (n, total) in per_kind.items())
+        + " (a blob several captures refer to, a graph, a kernel AST or a buffer, is split between them; buffers are "
+          "stored once by content, constant fills as their value)")
 
 if __name__ == "__main__": main()

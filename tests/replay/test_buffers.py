@@ -75,7 +75,8 @@ def test_a_training_workload_shares_buffers_and_replays_the_same(tmp_path):
   proc = cli("run", "--kind", "exec", db=db)
   assert proc.returncode == 0 and "OK: all" in proc.stdout, proc.stdout + proc.stderr
   # a shared blob that went missing is an outcome of the captures that need it, not the end of the replay
-  sha, = store.conn.execute("SELECT sha256 FROM capture_blobs GROUP BY sha256 ORDER BY count(*) LIMIT 1").fetchone()
+  sha, = store.conn.execute("SELECT sha256 FROM capture_blobs WHERE capture_id IN (SELECT id FROM captures WHERE "
+                            "kind = 'exec') GROUP BY sha256 ORDER BY count(*) LIMIT 1").fetchone()
   store.conn.execute("PRAGMA foreign_keys = OFF")
   store.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (b"garbage", sha))
   proc = cli("run", "--kind", "exec", db=db)

@@ -223,7 +223,8 @@ def test_runs_lists_runs_and_replays_and_prune_keeps_the_newest(tmp_path):
   assert proc.returncode == 0 and "removed 2 runs" in proc.stdout and not (cache / "overlays" / "deadbeef").exists()
   s = Store(str(db))
   assert [r["id"] for r in s.runs()] == [3] and s.integrity_ok()
-  kept = {c["input_sha"] for c in s.captures()} | {c["output_sha"] for c in s.captures()}
+  kept = {c["input_sha"] for c in s.captures()} | {c["output_sha"] for c in s.captures()} | \
+    {r[0] for r in s.conn.execute("SELECT sha256 FROM capture_blobs")}   # parts and buffers the payloads refer to
   dictionaries = {r[0] for r in s.conn.execute("SELECT base FROM blobs WHERE base IS NOT NULL")}
   assert s.blob_count() == len(kept | dictionaries)   # and the zlib dictionaries of the deltas among them
   assert cli("run", db=db).returncode == 0   # what is left still replays

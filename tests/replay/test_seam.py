@@ -48,15 +48,15 @@ WATCH = textwrap.dedent('''
   from db import Store
   from replay.replayers import replay_one
   from replay.compare import schedule_text
-  from replay import serialize
+  from replay import parts
   store, statuses = Store(), {}
   for cap in store.captures():
     args = (cap["kind"], store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), json.loads(cap["flags"]))
     out = replay_one(*args, shared=store.shared_blobs(cap["id"]))
     statuses[cap["kind"]] = statuses.get(cap["kind"], []) + [out["status"]]
     if cap["kind"] == "schedule":
-      schedule_text(serialize.loads(store.get_blob(cap["output_sha"]))["asts"])
-      assert replay_one(*args, trace=True)["trace"]
+      schedule_text(parts.load_capture(store, cap)[1]["asts"])
+      assert replay_one(*args, trace=True, shared=store.shared_blobs(cap["id"]))["trace"]
   print(json.dumps({"statuses": statuses, "imported": sorted(seen)}))
 ''')
 

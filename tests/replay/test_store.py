@@ -40,6 +40,36 @@ def test_older_file_is_migrated(tmp_path):
   assert s._version() == SCHEMA_VERSION and "captures" in s.db.table_names()
 
 
+def _shape(conn: sqlite3.Connection) -> dict:
+  """Every table's columns, primary key, foreign keys and indexes, and the rows a new database starts with."""
+  shape = {}
+  for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall():
+    columns = [(r[1], r[2].upper(), r[5]) for r in conn.execute(f"PRAGMA table_info({table})")]
+    keys = sorted((r[2], r[3], r[4]) for r in conn.execute(f"PRAGMA foreign_key_list({table})"))
+    indexes = sorted((r[1] if not r[1].startswith("sqlite_autoindex") else "auto", r[2],
+                      tuple(c[2] for c in conn.execute(f"PRAGMA index_info('{r[1]}')")))
+                     for r in conn.execute(f"PRAGMA index_list({table})"))
+    shape[table] = (columns, keys, indexes)
+  shape["rows"] = (conn.execute("SELECT name, value FROM issued_ids ORDER BY name").fetchall(),
+                   conn.execute("SELECT count(*) FROM identity").fetchone()[0],
+                   conn.execute("SELECT version FROM schema_version").fetchall())
+  return shape
+
+
+def test_a_new_database_has_the_schema_the_migrations_build(tmp_path):
+  """A new file gets the schema in one step (no sqlite-utils, no twelve migrations); it must be what they build."""
+  fresh = Store(str(tmp_path / "fresh.db"))
+  assert fresh._db is None   # made without sqlite-utils
+  path = tmp_path / "migrated.db"
+  conn = sqlite3.connect(path)
+  conn.execute("CREATE TABLE schema_version (version INTEGER)")
+  conn.execute("INSERT INTO schema_version VALUES (0)")
+  conn.commit(); conn.close()
+  migrated = Store(str(path))
+  assert _shape(fresh.conn) == _shape(migrated.conn)
+  assert _shape(fresh.conn)["rows"] == ([("replays", 0), ("runs", 0)], 1, [(SCHEMA_VERSION,)])
+
+
 def test_not_a_database_and_foreign_sqlite(tmp_path):
   (tmp_path / "junk.db").write_bytes(b"this is not sqlite at all" * 100)
   with pytest.raises(StoreError, match="not a usable replay database|cannot open"): Store(str(tmp_path / "junk.db"))

@@ -1,0 +1,65 @@
+"""Parts of capture payloads that are blobs of their own: a tensor graph, which a schedule capture and the exec
+capture of the same realize both hold, and each kernel AST, which a schedule capture's output and the kernel capture
+that renders it both hold. Stored once, they are pickled once per process and compressed once per database.
+
+`replay/capture.py` splits payloads (a part becomes its sha256 in the payload, its bytes a blob the capture refers
+to, kept by `db/` in `capture_blobs` like an exec's input buffers); every reader joins them back with `join_input`
+and `join_output` into the payloads captures held before parts existed (`graph_pickle`, `asts`, `ast`), which is
+also what older captures still are.
+"""
+from __future__ import annotations
+from typing import Any, Optional
+from replay import serialize
+
+GRAPH = "graph_blob"     # schedule and exec inputs: the sha256 of the pickled graph
+ASTS = "ast_blobs"       # schedule outputs: the sha256 of each kernel AST, in order
+AST = "ast_blob"         # kernel inputs: the sha256 of the AST
+
+
+class PartError(ValueError):
+  """A payload names a part that is not among its capture's blobs, or is not a part of the right form."""
+
+
+def _part(shared: Optional[dict[str, bytes]], sha: Any, what: str) -> bytes:
+  if not isinstance(sha, str):
+    raise PartError(f"the {what} of the payload is named by {type(sha).__name__}, not a hash")
+  data = (shared or {}).get(sha)
+  if data is None: raise PartError(f"the {what} {sha[:12]} of the payload is not among the capture's blobs")
+  return data
+
+
+def _ast(shared: Optional[dict[str, bytes]], sha: Any) -> Any:
+  return serialize.loads(_part(shared, sha, "kernel AST"))
+
+
+def join_input(kind: str, payload: Any, shared: Optional[dict[str, bytes]]) -> Any:
+  """An input payload with its parts in place: a graph as `graph_pickle` bytes (loaded where it is used), a kernel
+  AST as `ast`."""
+  if not isinstance(payload, dict): return payload
+  if kind in ("schedule", "exec") and GRAPH in payload:
+    return {**{k: v for k, v in payload.items() if k != GRAPH}, "graph_pickle": _part(shared, payload[GRAPH], "graph")}
+  if kind == "kernel" and AST in payload:
+    return {**{k: v for k, v in payload.items() if k != AST}, "ast": _ast(shared, payload[AST])}
+  return payload
+
+
+def join_output(kind: str, payload: Any, shared: Optional[dict[str, bytes]]) -> Any:
+  """An output payload with its parts in place: a schedule's kernel ASTs as `asts`."""
+  if kind == "schedule" and isinstance(payload, dict) and ASTS in payload:
+    shas = payload[ASTS]
+    if not isinstance(shas, (list, tuple)): raise PartError("the kernel ASTs of the payload are not a list of hashes")
+    return {**{k: v for k, v in payload.items() if k != ASTS}, "asts": [_ast(shared, sha) for sha in shas]}
+  return payload
+
+
+def load_output(store, cap: dict) -> tuple[Any, dict[str, bytes]]:
+  """A stored capture's output payload, joined, and the blobs it refers to besides its payloads (an exec's buffers
+  stay references: `buffers.decode` reads them)."""
+  shared = store.shared_blobs(cap["id"])
+  return join_output(cap["kind"], serialize.loads(store.get_blob(cap["output_sha"])), shared), shared
+
+
+def load_capture(store, cap: dict) -> tuple[Any, Any, dict[str, bytes]]:
+  """A stored capture's input and output payloads, joined, and the blobs it refers to besides them."""
+  out, shared = load_output(store, cap)
+  return join_input(cap["kind"], serialize.loads(store.get_blob(cap["input_sha"])), shared), out, shared

@@ -1,0 +1,65 @@
+"""Parts of capture payloads (`replay/parts.py`): a realize's graph is one blob for its schedule and exec captures, each
+kernel AST one blob for the schedule that made it and the kernel capture that rendered it; readers join them back,
+a missing part is an outcome naming it, and payloads from before parts still replay."""
+import numpy as np
+from db import Store
+from replay import parts, serialize
+from replay.replayers import replay_one
+
+
+def _capture_a_realize(replay_db, rows: int):
+  """A realize of two kernels, of a shape no other test of this process compiles (so its kernels are rendered)."""
+  from scheduler import Tensor
+  from scheduler.helpers import Context
+  data = np.arange(rows * 13, dtype=np.float32).reshape(rows, 13)
+  x = Tensor(data)
+  with Context(CAPTURE_PROCESS_REPLAY=1): y = ((x * 2 + 1).relu().contiguous().sum(axis=1) + x.max(axis=1)).realize()
+  assert np.allclose(y.numpy(), (data * 2 + 1).sum(1) + data.max(1))
+  return Store(str(replay_db))
+
+
+def test_a_realize_stores_its_graph_and_each_kernel_ast_once(replay_db):
+  store = _capture_a_realize(replay_db, 37)
+  by_kind = {kind: store.captures(kinds=[kind]) for kind in ("schedule", "kernel", "exec")}
+  (schedule,), (execution,), kernels = by_kind["schedule"], by_kind["exec"], by_kind["kernel"]
+  raw = {c["id"]: (serialize.loads(store.get_blob(c["input_sha"])), serialize.loads(store.get_blob(c["output_sha"])))
+         for caps in by_kind.values() for c in caps}
+  graph = raw[schedule["id"]][0][parts.GRAPH]
+  assert raw[execution["id"]][0][parts.GRAPH] == graph   # one graph for the realize's two captures
+  ast_shas = raw[schedule["id"]][1][parts.ASTS]
+  # every kernel rendered is one of the schedule's ASTs (the others are copies, which are not rendered)
+  assert len(kernels) >= 2 and {raw[k["id"]][0][parts.AST] for k in kernels} <= set(ast_shas)
+  referenced = {sha for caps in by_kind.values() for c in caps for sha in store.shared_blob_shas(c["id"])}
+  assert {graph, *ast_shas} <= referenced
+  # joined, the payloads are what captures held before parts: the same AST objects in schedule and kernel captures
+  inp, out, _ = parts.load_capture(store, schedule)
+  assert isinstance(inp["graph_pickle"], bytes) and serialize.loads(inp["graph_pickle"]).op.name == "SINK"
+  rendered = [parts.load_capture(store, k)[0]["ast"] for k in kernels]
+  assert all(any(ast is a for a in out["asts"]) for ast in rendered)
+  for cap in (schedule, execution, *kernels):
+    result = replay_one(cap["kind"], store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), {},
+                        shared=store.shared_blobs(cap["id"]))
+    assert result["status"] == "same", (cap["kind"], result)
+
+
+def test_a_missing_part_is_incompatible_and_named(replay_db):
+  store = _capture_a_realize(replay_db, 38)
+  (schedule,), kernel = store.captures(kinds=["schedule"]), store.captures(kinds=["kernel"])[0]
+  for cap, what in ((schedule, "graph"), (kernel, "kernel AST")):
+    result = replay_one(cap["kind"], store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), {},
+                        shared={})
+    assert result["status"] == "incompatible" and f"the {what} " in result["reason"], result
+    assert "is not among the capture's blobs" in result["reason"]
+  try: parts.join_output("schedule", {parts.ASTS: "not a list"}, {})
+  except parts.PartError as e: assert "not a list" in str(e)
+  else: raise AssertionError("a malformed list of parts was joined")
+
+
+def test_payloads_from_before_parts_still_replay(replay_db):
+  store = _capture_a_realize(replay_db, 39)
+  (schedule,), kernel = store.captures(kinds=["schedule"]), store.captures(kinds=["kernel"])[0]
+  for cap in (schedule, kernel):
+    inp, out, _ = parts.load_capture(store, cap)   # the joined payload is the older form, stored inline
+    old_in, old_out = serialize.dumps(inp), serialize.dumps(out)
+    assert parts.GRAPH not in inp and parts.AST not in inp and parts.ASTS not in out
+    assert replay_one(cap["kind"], old_in, old_out, {}, shared={})["status"] == "same"
