@@ -277,6 +277,7 @@ for _name, _op in {**_OPERATORS, **_ONE_SIDED}.items(): setattr(MathMixin, f"__{
 for _name, _op in _OPERATORS.items(): setattr(MathMixin, f"__r{_name}__", _operator(_op, True))
 
 
+_OP_NAMES = {op: op.name for op in Ops}
 _SHAPELESS = frozenset({Ops.DEVICE, Ops.DEFINE_GLOBAL, Ops.KERNEL, Ops.SINK, Ops.RANGE, Ops.UNIQUE})
 
 
@@ -287,10 +288,10 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
     self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
 
   def __reduce__(self):
-    args = [self.op.name, self.dtype, self.src, self.arg]
     if self.op is Ops.BUFFER and self in buffers and buffers[self].is_allocated() and _pickle_buffers():
-      args.append(buffers[self])
-    return RECONSTRUCTORS["uop"], tuple(args)
+      return RECONSTRUCTORS["uop"], (self.op.name, self.dtype, self.src, self.arg, buffers[self])
+    # the op's name from a table: an enum's `name` is a descriptor call, and capture pickles every node of a graph
+    return RECONSTRUCTORS["uop"], (_OP_NAMES[self.op], self.dtype, self.src, self.arg)
 
   def index(self, idx: UOp, valid: Optional[UOp] = None) -> UOp:
     """An INDEX into this buffer at `idx`, gated by `valid` when given (the address of a load or a store)."""
