@@ -6,6 +6,7 @@ project. The file stays browsable with `sqlite-utils tables/rows` and plain `sql
 """
 from __future__ import annotations
 import hashlib, json, os, sqlite3, time, zlib
+from db import journal
 from typing import Any, Iterable, Optional, TYPE_CHECKING
 if TYPE_CHECKING: import sqlite_utils
 
@@ -439,6 +440,11 @@ class Store:
     the last connection closes). Commits stay as durable as before."""
     self.conn.execute(f"PRAGMA wal_autocheckpoint = {int(pages)}")
 
+  @property
+  def known_blobs(self) -> set[str]:
+    """The blobs this connection knows the file holds (preloaded, or written since); the set itself, kept current."""
+    return self._known_blobs
+
   def preload_blob_shas(self, limit: int = 2_000_000) -> None:
     """Remember which blobs the file already holds, so that a repeated capture skips compressing and inserting them."""
     if self.blob_count() <= limit: self._known_blobs.update(r[0] for r in self.conn.execute("SELECT sha256 FROM blobs"))
@@ -458,6 +464,9 @@ class Store:
     """Record that a process of the run took `n` captures it could not store."""
     with self.transaction(): self.conn.execute("UPDATE runs SET lost = coalesce(lost, 0) + ? WHERE id = ?", (n, run_id))
 
+  _CAPTURE_ROW = ("INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) "
+                  "VALUES (?,?,?,?,?,?,?,?,?,?)")
+
   def _add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes,
                    output_data: bytes, flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None,
                    shared_blobs: Optional[dict[str, bytes]] = None, roles: Optional[dict[str, tuple]] = None) -> int:
@@ -465,27 +474,92 @@ class Store:
     shared_blobs = shared_blobs or {}
     row = (run_id, kind, key, name, location, time.time(), in_sha, out_sha,
            flags if isinstance(flags, str) else json.dumps(flags, sort_keys=True), json.dumps(meta) if meta else "{}")
-    sql = ("INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) VALUES "
-           "(?,?,?,?,?,?,?,?,?,?)")
     if not shared_blobs and in_sha in self._known_blobs and out_sha in self._known_blobs:
       # both payloads are stored already: one statement is its own transaction
-      try: return self.conn.execute(sql, row).lastrowid
+      try: return self.conn.execute(self._CAPTURE_ROW, row).lastrowid
       except sqlite3.OperationalError as e: raise self.write_error(e) from e
     try:
       with self.transaction():
         for sha, data in shared_blobs.items(): self._put_blob(data, sha, (roles or {}).get(sha))
         self._put_blob(input_data, in_sha, (kind, "input"))
         self._put_blob(output_data, out_sha, (kind, "output"))
-        capture_id = self.conn.execute(sql, row).lastrowid
-        if shared_blobs:
-          self.conn.executemany("INSERT OR IGNORE INTO capture_blobs (capture_id, sha256) VALUES (?, ?)",
-                                [(capture_id, sha) for sha in shared_blobs])
+        capture_id = self._insert_capture(row, list(shared_blobs))
     except BaseException:
       self._pending_bases.clear()
       raise
     # only after the commit: a rolled-back blob must be written again next time
     self._committed((in_sha, out_sha, *shared_blobs))
     return capture_id
+
+  def _insert_capture(self, row: tuple, shared: list[str]) -> int:
+    capture_id = self.conn.execute(self._CAPTURE_ROW, row).lastrowid
+    if shared:
+      self.conn.executemany("INSERT OR IGNORE INTO capture_blobs (capture_id, sha256) VALUES (?, ?)",
+                            [(capture_id, sha) for sha in shared])
+    return capture_id
+
+  # the columns of a capture as a journal record holds them (`db/journal.py`)
+  JOURNAL_FIELDS = ("run_id", "kind", "key", "name", "location", "time", "input_sha", "output_sha", "flags", "meta")
+
+  def fold_records(self, records: list, recovering: bool = False) -> tuple[int, list[tuple[int, str]]]:
+    """Store journal records (`db/journal.py`) in one transaction: how many were stored, and (run, why) of each one
+    that was not (counted as lost by its run). A record whose blob is neither in it nor in the database (`replay prune`
+    removed it meanwhile) is lost; so is one the database refuses (a constraint, a trigger): then the records are
+    stored one by one, so that one refused record loses no other. A write the file system refuses (a full disk,
+    a lock held too long) raises StoreWriteError and stores nothing: the records stay in their journal. `recovering`:
+    a folder died folding these, so records already stored are skipped."""
+    try: return self._fold(records, recovering)
+    except sqlite3.DatabaseError as e:
+      if isinstance(e, sqlite3.OperationalError): raise
+    stored, lost = 0, []
+    for record in records:
+      try:
+        one, why = self._fold([record], recovering)
+        stored, lost = stored + one, lost + why
+      except sqlite3.DatabaseError as e:
+        if isinstance(e, sqlite3.OperationalError): raise
+        lost.append((record.fields.get("run_id"), f"the database refused it: {e}"))
+        try: self.count_lost(record.fields.get("run_id"))
+        except (StoreError, sqlite3.Error): pass
+    return stored, lost
+
+  def _fold(self, records: list, recovering: bool) -> tuple[int, list[tuple[int, str]]]:
+    written: set[str] = set()
+    lost: dict[int, int] = {}
+    stored = 0
+    try:
+      with self.transaction():
+        for record in records:
+          row = tuple(record.fields.get(f) for f in self.JOURNAL_FIELDS)
+          if recovering and self.conn.execute("SELECT 1 FROM captures WHERE run_id = ? AND key = ? AND time = ?",
+                                              (row[0], row[2], row[5])).fetchone():
+            continue
+          if any(data is None and sha not in written and not self._has_blob(sha) for sha, data, _ in record.blobs):
+            lost[row[0]] = lost.get(row[0], 0) + 1
+            continue
+          for sha, data, role in record.blobs:
+            if data is not None and sha not in written:
+              self._put_blob(data, sha, role)
+              written.add(sha)
+          self._insert_capture(row, record.shared)
+          stored += 1
+        for run_id, n in lost.items():
+          self.conn.execute("UPDATE runs SET lost = coalesce(lost, 0) + ? WHERE id = ?", (n, run_id))
+    except BaseException:
+      self._pending_bases.clear()
+      raise
+    self._committed(written)
+    return stored, [(run_id, "a blob it refers to was removed from the database") for run_id, n in lost.items()
+                    for _ in range(n)]
+
+  def _has_blob(self, sha: str) -> bool:
+    return self.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (sha,)).fetchone() is not None
+
+  def fold_pending(self) -> int:
+    """Fold the captures capturing processes left in their journals (`db/journal.py`) into the database, before a
+    read lists captures; a database that cannot be written is read as it is."""
+    try: return journal.fold_pending(self)[0]
+    except (StoreError, OSError, sqlite3.Error): return 0
 
   def shared_blob_shas(self, capture_id: int) -> list[str]:
     """The blobs (input buffers) capture `capture_id` refers to besides its input and output payloads."""
@@ -498,6 +572,7 @@ class Store:
 
   def latest_run_id(self) -> Optional[int]:
     """The latest run that captured something, not counting the harness's own reruns of a run (`diff --rerun`)."""
+    self.fold_pending()
     row = self.conn.execute("SELECT max(c.run_id) FROM captures c LEFT JOIN runs r ON r.id = c.run_id WHERE r.rerun_of "
                             "IS NULL").fetchone()
     return row[0] if row else None
@@ -509,6 +584,7 @@ class Store:
   def captures(self, run_ids: Optional[Iterable[int]] = None, kinds: Optional[Iterable[str]] = None,
                names: Optional[Iterable[str]] = None,
                location: Optional[str] = None, ids: Optional[Iterable[int]] = None) -> list[dict]:
+    if ids is None: self.fold_pending()   # a capture named by its id was listed already
     where, params = [], []
     for col, values in (("run_id", run_ids), ("kind", kinds), ("name", names), ("id", ids)):
       if values is not None:
@@ -524,6 +600,7 @@ class Store:
     return rows[0] if rows else None
 
   def capture_counts(self, run_id: Optional[int] = None) -> dict[str, int]:
+    self.fold_pending()
     sql, params = "SELECT kind, count(*) FROM captures", []
     if run_id is not None: sql, params = sql + " WHERE run_id = ?", [run_id]
     return dict(self.conn.execute(sql + " GROUP BY kind", params).fetchall())
@@ -566,6 +643,7 @@ class Store:
 
   def runs(self) -> list[dict]:
     """Every run with its capture counts by kind, newest first."""
+    self.fold_pending()
     rows = list(self.db.query("SELECT * FROM runs ORDER BY id DESC"))
     counts: dict[int, dict[str, int]] = {}
     for run_id, kind, n in self.conn.execute("SELECT run_id, kind, count(*) FROM captures GROUP BY run_id, kind"):
@@ -581,6 +659,7 @@ class Store:
     """Delete runs, their captures, the outcomes about those captures, replays left without outcomes, and blobs no
     capture refers to any more; returns how many rows of each went."""
     gone = {"runs": 0, "captures": 0, "outcomes": 0, "replays": 0, "blobs": 0}
+    self.fold_pending()   # a pending capture of a deleted run goes too; one of a kept run keeps its blobs
     if run_ids:
       marks = ",".join("?" * len(run_ids))
       with self.transaction():
@@ -621,6 +700,7 @@ class Store:
   def vacuum(self) -> None: self.conn.execute("VACUUM")
 
   def reset(self) -> None:
+    self.fold_pending()   # captures killed processes left go too
     with self.transaction():
       for table in ("outcomes", "replays", "capture_blobs", "captures", "runs", "blobs", "accepted"):
         self.conn.execute(f"DELETE FROM {table}")

@@ -1,14 +1,15 @@
 """The capture sink: what `scheduler/hooks.py` hands over when `CAPTURE_PROCESS_REPLAY=1`.
 
 Each capture point serializes its inputs when the captured call starts (an `exec` reads its input
-buffers before the kernels overwrite them) and its outputs when it returns, then stores both in the
-database in one transaction: a capture is durable as soon as the captured call has returned.
+buffers before the kernels overwrite them) and its outputs when it returns, then appends both to the
+process's capture journal (`db/journal.py`) in one write: a capture is durable as soon as the captured
+call has returned. The journal is folded into the database a second later, and at exit.
 """
 from __future__ import annotations
-import atexit, hashlib, json, os, platform, sys, threading, weakref
+import atexit, hashlib, json, os, platform, sys, threading, time, weakref
 from typing import Any, Optional
 import numpy as np
-from db import Store
+from db import Store, journal
 from replay import buffers, parts, serialize, sut
 from replay.locations import current_region
 from replay.serialize import NON_COMPILER_FLAGS
@@ -38,26 +39,34 @@ def _flag_defaults() -> dict[str, int]:
 
 
 class _Sink:
-  """The run of this process and one database connection per thread (a connection and its transactions cannot be
-  shared by threads that capture at the same time); everything is reopened after a fork."""
+  """The run of this process, one database connection per thread (a connection and its transactions cannot be
+  shared by threads that capture at the same time), and the journal captures wait in until they are folded into the
+  database (`db/journal.py`); everything is reopened after a fork."""
   def __init__(self):
     self.pid: Optional[int] = None
     self.run_id: Optional[int] = None
     self.lock = threading.Lock()
     self.local = threading.local()
+    self.journal: Optional[journal.Journal] = None
+    self.fold_store: Optional[Store] = None
+    self.fold_lock = threading.Lock()
+    self.timer: Optional[threading.Timer] = None
 
   def get(self) -> tuple[Store, int]:
     with self.lock:
       if self.pid != os.getpid():   # a new process (or the first capture): a new run, new connections
         self.pid, self.local = os.getpid(), threading.local()
+        self.fold_store, self.fold_lock, self.timer = None, threading.Lock(), None
         store = self._thread_store()
+        self.journal = journal.Journal(store.path, store.known_blobs) if journal.available(store.path) else None
         env_run = os.getenv("REPLAY_RUN_ID")
         self.run_id = int(env_run) if env_run else store.add_run(**run_info(with_git=False))
+        git = None
         if not env_run:
           # git takes a few milliseconds in processes of its own: the program goes on meanwhile
           git = threading.Thread(target=self._record_git, args=(self.run_id,), daemon=True)
           git.start()
-          atexit.register(self._finish, store, self.run_id, git)
+        atexit.register(self._at_exit, os.getpid(), store, None if env_run else self.run_id, git)
         # the defaults of the compiler this process imported (the process that made the run may have imported another)
         store.set_run_flag_defaults(self.run_id, flag_defaults_json())
     assert self.run_id is not None
@@ -74,14 +83,65 @@ class _Sink:
   @property
   def store(self) -> Optional[Store]: return getattr(self.local, "store", None)
 
+  def put(self, store: Store, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes,
+          input_sha: str, output_data: bytes, flags: str, meta: dict, shared: dict[str, bytes],
+          roles: dict[str, tuple]) -> None:
+    """Store one capture: into the journal, folded into the database a second later (or at once without one)."""
+    if self.journal is None:
+      store.add_capture(run_id, kind, key, name, location, input_data, output_data, flags, meta, input_sha=input_sha,
+                        shared_blobs=shared, roles=roles)
+      return
+    output_sha = hashlib.sha256(output_data).hexdigest()
+    fields = {"run_id": run_id, "kind": kind, "key": key, "name": name, "location": location, "time": time.time(),
+              "input_sha": input_sha, "output_sha": output_sha, "flags": flags,
+              "meta": json.dumps(meta) if meta else "{}"}
+    # the order add_capture stores them in: parts first, then the payloads
+    blobs = [*((sha, data, roles.get(sha)) for sha, data in shared.items()),
+             (input_sha, input_data, (kind, "input")), (output_sha, output_data, (kind, "output"))]
+    try: size = self.journal.append(fields, blobs, list(shared))
+    except journal.JournalError:   # the journal's folder cannot be written: the database may still be
+      store.add_capture(run_id, kind, key, name, location, input_data, output_data, flags, meta, input_sha=input_sha,
+                        shared_blobs=shared, roles=roles)
+      return
+    if size >= journal.FOLD_AT_BYTES: self.fold()
+    elif self.timer is None:
+      self.timer = threading.Timer(journal.FOLD_AFTER_SECONDS, self._fold_in_background)
+      self.timer.daemon = True
+      self.timer.start()
+
+  def fold(self) -> None:
+    """Move the captures waiting in this process's journal into the database."""
+    with self.fold_lock:
+      self.timer = None
+      if self.journal is None or self.pid != os.getpid(): return
+      if self.fold_store is None:
+        self.fold_store = Store(self.journal.db_path)
+        self.fold_store.defer_checkpoints()
+      _, lost = journal.fold_pending(self.fold_store)
+    mine = [why for run_id, why in lost if run_id == self.run_id]   # not those of processes that died before
+    if mine:
+      _warn_once(f"replay capture: could not store {len(mine)} capture{'s' * (len(mine) != 1)} ({mine[0]}); further "
+                 f"failures in this process are counted, not reported")
+
+  def _fold_in_background(self) -> None:
+    try: self.fold()
+    except Exception: pass   # the captures stay in the journal: folded at exit, or by the next reader
+
   @staticmethod
   def _record_git(run_id: int) -> None:
     try:
       with Store() as store: store.set_run_git(run_id, *git_state())
     except Exception: pass   # the run row says less; the captures are what counts
 
-  @staticmethod
-  def _finish(store: Store, run_id: int, git: Optional[threading.Thread] = None) -> None:
+  def _at_exit(self, pid: int, store: Store, run_id: Optional[int], git: Optional[threading.Thread]) -> None:
+    if os.getpid() != pid: return   # a forked child that exits normally runs its parent's handlers too
+    if self.timer is not None: self.timer.cancel()
+    try: self.fold()
+    except Exception as e:
+      where = self.journal.dir if self.journal is not None else "its journal"
+      _warn_once(f"replay capture: captures wait in {where}: they could not be moved into the database ({e}); the "
+                 f"next command that reads it moves them")
+    if run_id is None: return
     if git is not None: git.join(timeout=30)
     try: store.finish_run(run_id)
     except Exception: pass
@@ -89,6 +149,13 @@ class _Sink:
 
 SINK = _Sink()
 _WARNED: list[int] = []   # this process already warned that captures cannot be stored
+
+
+def _warn_once(message: str) -> None:
+  """One warning per process about captures it could not store, not one per capture."""
+  if os.getpid() in _WARNED: return
+  _WARNED.append(os.getpid())
+  print(message, file=sys.stderr)
 
 
 # besides the compiler's flags, the environment that decides what a captured command computes
@@ -297,11 +364,8 @@ class CapturePoint:
     if exc_type is not None or not self.has_output: return False
     try: self._store()
     except Exception as e:
-      if os.getpid() not in _WARNED:   # one warning per process, not one per capture
-        _WARNED.append(os.getpid())
-        print(f"replay capture: could not store a {self.kind} capture ({type(e).__name__}: {e}); further failures in "
-              f"this "
-              "process are counted, not reported", file=sys.stderr)
+      _warn_once(f"replay capture: could not store a {self.kind} capture ({type(e).__name__}: {e}); further failures "
+                 f"in this process are counted, not reported")
       try:   # the run counts what it lost, so that it ends as a failure (best effort: the database may be what failed)
         store, run_id = SINK.get()
         store.count_lost(run_id)
@@ -328,6 +392,10 @@ class CapturePoint:
     in_sha = hashlib.sha256(self.input_data).hexdigest()
     key = hashlib.sha256(f"{in_sha}|{compiler}".encode()).hexdigest()
     store, run_id = SINK.get()
-    store.add_capture(run_id, self.kind, key, self.name, self.location, self.input_data, output_data,
-                      flags_json(self.flags), self.meta,
-                      input_sha=in_sha, shared_blobs=self.shared, roles=self.roles)
+    SINK.put(store, run_id, self.kind, key, self.name, self.location, self.input_data, in_sha, output_data,
+             flags_json(self.flags), self.meta, self.shared, self.roles)
+
+
+def flush() -> None:
+  """Move the captures this process is holding into the database now (an xdist worker before it reports back)."""
+  if SINK.pid == os.getpid(): SINK.fold()

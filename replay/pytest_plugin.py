@@ -39,6 +39,12 @@ def pytest_configure(config):
     config._replay_store = store
 
 
+def pytest_sessionfinish(session, exitstatus):
+  if not _capturing(session.config): return
+  from replay.capture import flush
+  flush()   # an xdist worker's captures are in the database before the controller counts them
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
   store = getattr(config, "_replay_store", None)
   if store is None: return

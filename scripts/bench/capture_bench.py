@@ -11,6 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_corpus(capture: bool, db: str, args: list[str]) -> float:
   env = {**os.environ, "PYTHONPATH": str(ROOT), "REPLAY_DB": db, "CAPTURE_PROCESS_REPLAY": "1" if capture else "0"}
+  # as users run: modules compiled once (capture imports a dozen modules the run without it does not)
+  env.pop("PYTHONDONTWRITEBYTECODE", None)
   t0 = time.perf_counter()
   subprocess.run([sys.executable, "-m", "scripts.workloads", *args], cwd=ROOT, env=env, check=True, capture_output=True)
   return time.perf_counter() - t0
@@ -47,7 +49,8 @@ def main():
     for sha, kinds in refs.items():
       for kind in kinds: per_kind[kind][1] += sizes.get(sha, 0) / len(kinds)
     conn.close()
-    size = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp) if f.startswith("bench.db"))
+    size = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp)
+               if f.startswith("bench.db") and os.path.isfile(os.path.join(tmp, f)))
   m_off, m_on = statistics.median(off), statistics.median(on)
   pairs = statistics.median(b / a for a, b in zip(off, on))
   print(f"wall time, median of {rounds} alternated pairs: capture off {m_off:.2f}s, capture on {m_on:.2f}s, "

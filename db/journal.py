@@ -1,0 +1,213 @@
+"""The capture journal: captures a process has taken that the database does not hold yet.
+
+A capturing process appends each capture to a file of its own in `<database>-pending/`, one write per capture: the
+capture is durable once the captured call returns (a killed process leaves it in the file). The process folds its
+file into the database in one transaction a second after its first unfolded capture, when the file grows large, and
+at exit; whoever reads the database folds what a killed process left behind (`fold_pending`). One transaction for
+many captures instead of one each: the commits cost as much as everything else capture does.
+
+A segment file goes `<token>.<seq>.new` (made, not locked yet) -> `.open` (its writer holds a lock on it and appends)
+-> `.sealed` (its writer is done with it) -> `.folding` (a folder is moving it into the database) -> removed. A folder
+locks a segment before it moves it, so an `.open` segment whose lock can be taken lost its writer, and a `.folding`
+one whose lock can be taken lost its folder: its captures may be in the database already, and are skipped if they are.
+A record whose write a kill cut short fails its checksum and ends the segment: that call never returned.
+"""
+from __future__ import annotations
+import json, os, secrets, struct, threading, zlib
+from typing import Iterator, Optional
+try: import fcntl
+except ImportError: fcntl = None   # no advisory locks (Windows): captures are committed one by one instead
+
+MAGIC = b"RPJ1"
+_HEAD = struct.Struct("<4sII")   # magic, body length, crc32 of the body
+_HEADER_LENGTH = struct.Struct("<I")
+FOLD_AFTER_SECONDS = 1.0          # how long a capture may wait in the journal while its process runs
+FOLD_AT_BYTES = 64 * 1024 * 1024  # a segment this large is folded at once
+
+
+class JournalError(OSError):
+  """A journal file cannot be written."""
+
+
+def pending_dir(db_path: str) -> str: return db_path + "-pending"
+
+
+def available(db_path: str) -> bool:
+  """Whether captures into `db_path` can wait in a journal (a file database, on a system with file locks)."""
+  return fcntl is not None and db_path not in ("", ":memory:") and not db_path.startswith("file:")
+
+
+class Record:
+  """One capture as the journal holds it: the captures row, and its blobs as (sha256, bytes or None when the database
+  or an earlier record holds them, role for delta compression)."""
+  __slots__ = ("fields", "blobs", "shared")
+
+  def __init__(self, fields: dict, blobs: list[tuple[str, Optional[bytes], Optional[tuple]]], shared: list[str]):
+    self.fields, self.blobs, self.shared = fields, blobs, shared
+
+  def encode(self) -> bytes:
+    header = json.dumps({**self.fields, "shared": self.shared,
+                         "blobs": [[sha, -1 if data is None else len(data), role] for sha, data, role in self.blobs]},
+                        separators=(",", ":")).encode()
+    datas = [data for _, data, _ in self.blobs if data is not None]
+    body = b"".join([_HEADER_LENGTH.pack(len(header)), header, *datas])
+    return _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + body
+
+  @staticmethod
+  def decode(body: bytes) -> "Record":
+    (length,) = _HEADER_LENGTH.unpack_from(body)
+    header = json.loads(body[_HEADER_LENGTH.size:_HEADER_LENGTH.size + length])
+    pos, blobs = _HEADER_LENGTH.size + length, []
+    for sha, size, role in header.pop("blobs"):
+      data = None if size < 0 else body[pos:pos + size]
+      if data is not None and len(data) != size: raise ValueError("a blob runs past its record")
+      pos += max(size, 0)
+      blobs.append((str(sha), data, tuple(str(r) for r in role) if role is not None else None))
+    shared = [str(s) for s in header.pop("shared")]
+    if not all(isinstance(v, (str, int, float, type(None))) for v in header.values()):
+      raise ValueError("a record's fields are plain values")
+    return Record(header, blobs, shared)
+
+
+def records(data: bytes) -> Iterator[Record]:
+  """The records of a segment's bytes, up to the first that is cut short or damaged."""
+  pos = 0
+  while pos + _HEAD.size <= len(data):
+    magic, length, crc = _HEAD.unpack_from(data, pos)
+    body = data[pos + _HEAD.size:pos + _HEAD.size + length]
+    if magic != MAGIC or len(body) != length or zlib.crc32(body) != crc: return
+    try: record = Record.decode(body)
+    except (ValueError, TypeError, KeyError, AttributeError, struct.error): return
+    yield record
+    pos += _HEAD.size + length
+
+
+_live: dict[str, list["Journal"]] = {}   # the journals of this process, by database
+_live_lock = threading.Lock()
+
+
+class Journal:
+  """The journal of one capturing process: appends records to its open segment, seals it for folding."""
+
+  def __init__(self, db_path: str, known_blobs: set[str]):
+    db_path = os.path.abspath(db_path)   # the program may change its working directory
+    self.db_path, self.dir = db_path, pending_dir(db_path)
+    self.token, self.pid = f"{os.getpid()}-{secrets.token_hex(4)}", os.getpid()
+    self.known_blobs = known_blobs          # the database held these when the process started
+    self.written: set[str] = set()          # blobs in a record of this journal
+    self.lock = threading.Lock()
+    self.seq, self.fd, self.path, self.bytes = 0, None, "", 0
+    with _live_lock: _live.setdefault(os.path.realpath(db_path), []).append(self)
+
+  def _open_segment(self) -> None:
+    os.makedirs(self.dir, exist_ok=True)
+    self.seq += 1
+    base = os.path.join(self.dir, f"{self.token}.{self.seq:06d}")
+    fd = os.open(base + ".new", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX)
+      os.rename(base + ".new", base + ".open")   # locked before a folder can see it as open
+    except BaseException:
+      os.close(fd)
+      raise
+    self.fd, self.path, self.bytes = fd, base + ".open", 0
+
+  def append(self, fields: dict, blobs: list[tuple[str, bytes, Optional[tuple]]], shared: list[str]) -> int:
+    """Write one capture (blobs the database or this journal holds go without their bytes); the segment's size."""
+    with self.lock:
+      if os.getpid() != self.pid: raise JournalError("a journal is written by the process that made it")
+      kept, new = [], []
+      for sha, data, role in blobs:
+        if sha in self.written or sha in self.known_blobs or sha in new: kept.append((sha, None, role))
+        else:
+          kept.append((sha, data, role))
+          new.append(sha)
+      record = Record(fields, kept, shared).encode()
+      try:
+        if self.fd is None: self._open_segment()
+        view = memoryview(record)
+        while view: view = view[os.write(self.fd, view):]
+      except OSError as e:
+        if self.fd is not None:
+          try: os.ftruncate(self.fd, self.bytes)   # a record cut short would end the segment for the records after it
+          except OSError: self._seal()   # then the next record goes into a segment of its own
+        raise JournalError(f"cannot write to {self.dir}: {e.strerror or e}") from e
+      self.written.update(new)
+      self.bytes += len(record)
+      return self.bytes
+
+  def seal(self) -> None:
+    """Close the open segment for folding (the next capture opens another)."""
+    with self.lock: self._seal()
+
+  def _seal(self) -> None:
+    if self.fd is None or os.getpid() != self.pid: return
+    try: os.rename(self.path, self.path[:-len(".open")] + ".sealed")
+    finally:
+      os.close(self.fd)
+      self.fd = None
+
+
+def _segments(directory: str) -> list[tuple[str, int, str, str]]:
+  """(token, seq, state, path) of the segments in `directory`, in the order they were written."""
+  found = []
+  for name in os.listdir(directory):
+    token, _, rest = name.partition(".")
+    seq, _, state = rest.partition(".")
+    if seq.isdigit() and state in ("new", "open", "sealed", "folding"):
+      found.append((token, int(seq), state, os.path.join(directory, name)))
+  return sorted(found)
+
+
+_fold_lock = threading.Lock()   # one fold at a time in a process
+
+
+def fold_pending(store) -> tuple[int, list[tuple[int, str]]]:
+  """Fold every segment no live writer holds into `store` (this process's own journals are sealed first), a
+  segment per transaction, in the order each journal wrote them: how many captures were stored, and (run, why) of each
+  capture that could not be."""
+  with _live_lock: mine = [j for j in _live.get(os.path.realpath(store.path), ()) if j.pid == os.getpid()]
+  for journal in mine: journal.seal()
+  directory = pending_dir(store.path)
+  if fcntl is None or not os.path.isdir(directory): return 0, []
+  folded, lost = 0, []
+  with _fold_lock:
+    stuck: set[str] = set()   # journals whose writer lives: their later segments wait for the earlier ones
+    for token, _, state, path in _segments(directory):
+      if token in stuck or state == "new": continue
+      done = _fold_segment(store, path, wait=state != "open")
+      if done is None: stuck.add(token)
+      else: folded, lost = folded + done[0], lost + done[1]
+  return folded, lost
+
+
+def _fold_segment(store, path: str, wait: bool) -> Optional[tuple[int, list[tuple[int, str]]]]:
+  """Fold one segment (None: its writer holds it)."""
+  try: fd = os.open(path, os.O_RDONLY)
+  except FileNotFoundError: return 0, []   # another process folded it
+  try:
+    try: fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError: return None
+    try:
+      if os.stat(path).st_ino != os.fstat(fd).st_ino: return 0, []
+    except FileNotFoundError: return 0, []   # folded while this process waited for the lock
+    recovering = path.endswith(".folding")
+    if not recovering:
+      moved = path.rsplit(".", 1)[0] + ".folding"
+      os.rename(path, moved)
+      path = moved
+    chunks = []
+    while chunk := os.read(fd, 1 << 20): chunks.append(chunk)
+    done = store.fold_records(list(records(b"".join(chunks))), recovering=recovering)
+    os.unlink(path)
+    return done
+  finally: os.close(fd)
+
+
+def _after_fork_in_child() -> None:
+  global _live_lock, _fold_lock
+  # a thread of the parent may have held them when it forked
+  _live_lock, _fold_lock = threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_after_fork_in_child)

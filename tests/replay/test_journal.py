@@ -1,0 +1,87 @@
+"""The capture journal (db/journal.py): records that survive a kill, and folding them into the database once."""
+import os, signal, subprocess, sys, textwrap, zlib
+from db import Store, journal
+from tests.conftest import REPO
+
+
+def _record(i: int, run_id: int, data: bytes = b"") -> journal.Record:
+  data = data or f"input {i}".encode()
+  in_sha, out_sha = Store.blob_sha(data), Store.blob_sha(b"output")
+  fields = {"run_id": run_id, "kind": "kernel", "key": f"k{i}", "name": f"E_{i}", "location": "here",
+            "time": 1000.0 + i, "input_sha": in_sha, "output_sha": out_sha, "flags": "{}", "meta": "{}"}
+  return journal.Record(fields, [(in_sha, data, ("kernel", "input")), (out_sha, b"output", None)], [])
+
+
+def test_records_read_back_up_to_a_write_a_kill_cut_short():
+  whole = b"".join(_record(i, 1).encode() for i in range(3))
+  cut = whole[:-5]
+  assert [r.fields["key"] for r in journal.records(whole)] == ["k0", "k1", "k2"]
+  assert [r.fields["key"] for r in journal.records(cut)] == ["k0", "k1"]
+  damaged = bytearray(whole)
+  damaged[len(_record(0, 1).encode()) + 20] ^= 0xFF   # a flipped byte in the second record ends the segment there
+  assert [r.fields["key"] for r in journal.records(bytes(damaged))] == ["k0"]
+  (back,) = journal.records(_record(7, 1, b"x" * 1000).encode())
+  assert back.blobs[0][1:] == (b"x" * 1000, ("kernel", "input")) and back.blobs[1][1:] == (b"output", None)
+
+
+def test_a_journal_folds_once_and_a_dead_folder_does_not_store_twice(tmp_path):
+  db = str(tmp_path / "r.db")
+  store = Store(db)
+  run = store.add_run(argv="[]")
+  j = journal.Journal(db, store.known_blobs)
+  for i in range(3): j.append(_record(i, run).fields, _record(i, run).blobs, [])
+  assert store.capture_counts(run) == {"kernel": 3}   # a read folds what this process holds
+  assert os.listdir(journal.pending_dir(db)) == []
+  # a folder that died after its commit leaves the segment as `.folding`: folding it again stores only what is new
+  segment = os.path.join(journal.pending_dir(db), "123-abc.000001.folding")
+  with open(segment, "wb") as f: f.write(b"".join(_record(i, run).encode() for i in range(4)))
+  assert store.capture_counts(run) == {"kernel": 4}
+  assert [c["key"] for c in store.captures([run])] == ["k0", "k1", "k2", "k3"]
+  assert store.get_blob(store.captures([run])[3]["input_sha"]) == b"input 3"
+
+
+def test_the_open_segment_of_a_live_process_waits_for_it_and_is_folded_once_it_died(tmp_path):
+  db = str(tmp_path / "r.db")
+  store = Store(db)
+  run = store.add_run(argv="[]")
+  writer = textwrap.dedent(f"""
+    import sys
+    from db import Store, journal
+    from tests.replay.test_journal import _record
+    j = journal.Journal({db!r}, set())
+    for i in range(2): j.append(_record(i, {run}).fields, _record(i, {run}).blobs, [])
+    print("written", flush=True)
+    sys.stdin.read()
+  """)
+  proc = subprocess.Popen([sys.executable, "-c", writer], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+  try:
+    assert proc.stdout.readline().strip() == "written"
+    assert store.capture_counts(run) == {}   # its writer holds it
+  finally:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+  assert store.capture_counts(run) == {"kernel": 2}
+  assert store.integrity_ok()
+
+
+def test_a_record_whose_blob_was_pruned_meanwhile_is_counted_lost(tmp_path):
+  db = str(tmp_path / "r.db")
+  store = Store(db)
+  run = store.add_run(argv="[]")
+  record = _record(0, run)
+  record.blobs[1] = (record.blobs[1][0], None, None)   # the writer believed the database held it
+  assert store.fold_records([record]) == (0, [(run, "a blob it refers to was removed from the database")])
+  assert store.run(run)["lost"] == 1 and store.capture_counts(run) == {}
+
+
+def test_a_damaged_segment_is_read_up_to_the_damage_and_never_fails_a_read(tmp_path):
+  db = str(tmp_path / "r.db")
+  store = Store(db)
+  run = store.add_run(argv="[]")
+  os.makedirs(journal.pending_dir(db))
+  body = b"\x02\x00\x00\x00[]"   # a record whose header is not an object: it checks out, and ends the segment
+  damaged = journal._HEAD.pack(journal.MAGIC, len(body), zlib.crc32(body)) + body
+  with open(os.path.join(journal.pending_dir(db), "1-x.000001.sealed"), "wb") as f:
+    f.write(_record(0, run).encode() + damaged + _record(1, run).encode())
+  assert store.capture_counts(run) == {"kernel": 1} and store.integrity_ok()
