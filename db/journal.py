@@ -13,7 +13,7 @@ one whose lock can be taken lost its folder: its captures may be in the database
 A record whose write a kill cut short fails its checksum and ends the segment: that call never returned.
 """
 from __future__ import annotations
-import json, os, secrets, struct, threading, zlib
+import json, os, struct, threading, zlib
 from typing import Iterator, Optional
 try: import fcntl
 except ImportError: fcntl = None   # no advisory locks (Windows): captures are committed one by one instead
@@ -92,7 +92,7 @@ class Journal:
   def __init__(self, db_path: str, known_blobs: set[str]):
     db_path = os.path.abspath(db_path)   # the program may change its working directory
     self.db_path, self.dir = db_path, pending_dir(db_path)
-    self.token, self.pid = f"{os.getpid()}-{secrets.token_hex(4)}", os.getpid()
+    self.token, self.pid = f"{os.getpid()}-{os.urandom(4).hex()}", os.getpid()
     self.known_blobs = known_blobs          # the database held these when the process started
     self.written: set[str] = set()          # blobs in a record of this journal
     self.lock = threading.Lock()

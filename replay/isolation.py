@@ -7,7 +7,7 @@ editable package further down `sys.path`) and every capture would replay `same`.
 module that nevertheless came from elsewhere. The runner passes the tree and the package names in the environment.
 """
 from __future__ import annotations
-import importlib.abc, importlib.machinery, os, sys
+import importlib.machinery, os, sys
 from typing import Optional
 
 ROOT_ENV, PACKAGES_ENV = "REPLAY_SUT_ROOT", "REPLAY_SUT"
@@ -17,7 +17,7 @@ class MissingPackage(ModuleNotFoundError):
   """The tree under test has no such package."""
 
 
-class _TreeOnlyFinder(importlib.abc.MetaPathFinder):
+class _TreeOnlyFinder:   # a meta path finder (importlib.abc costs a capturing process its import)
   def __init__(self, root: str, packages: tuple[str, ...]): self.root, self.packages = root, packages
 
   def find_spec(self, fullname: str, path=None, target=None) -> Optional[importlib.machinery.ModuleSpec]:

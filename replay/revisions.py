@@ -3,7 +3,7 @@ which the harness (`replay/`, `db/`) is the current one and the system under tes
 worktree. The system under test is `[tool.replay] sut` in pyproject.toml (default scheduler, runtimes).
 """
 from __future__ import annotations
-import contextlib, os, pathlib, re, shutil, subprocess
+import contextlib, os, pathlib, re, shutil
 from typing import Iterator, Optional
 try: import fcntl
 except ImportError: fcntl = None   # no POSIX locks (Windows): concurrent diffs of one new revision may race
@@ -21,6 +21,7 @@ class UnknownRevision(RevisionError):
 
 
 def git(*args: str, cwd: Optional[str] = None) -> str:
+  import subprocess   # here: a capturing process imports this module and never runs git through it
   try: proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
   except FileNotFoundError: raise RevisionError("git is not installed") from None
   if proc.returncode != 0:
