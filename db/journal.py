@@ -208,6 +208,14 @@ def _after_fork_in_child() -> None:
   global _live_lock, _fold_lock
   # a thread of the parent may have held them when it forked
   _live_lock, _fold_lock = threading.Lock(), threading.Lock()
+  # the parent's open segment stays locked while any process holds it open: a child that lives on would keep the
+  # parent from folding it
+  for journals in _live.values():
+    for j in journals:
+      if j.fd is not None:
+        try: os.close(j.fd)
+        except OSError: pass
+        j.fd, j.lock = None, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -85,3 +85,25 @@ def test_a_damaged_segment_is_read_up_to_the_damage_and_never_fails_a_read(tmp_p
   with open(os.path.join(journal.pending_dir(db), "1-x.000001.sealed"), "wb") as f:
     f.write(_record(0, run).encode() + damaged + _record(1, run).encode())
   assert store.capture_counts(run) == {"kernel": 1} and store.integrity_ok()
+
+
+def test_a_forked_child_that_lives_on_does_not_hold_up_its_parents_fold(tmp_path):
+  db = str(tmp_path / "r.db")
+  program = textwrap.dedent("""
+    import os, signal, time
+    from scheduler import Tensor
+    from replay.capture import flush
+    (Tensor([1.0, 2.0]) + 1).realize()
+    child = os.fork()
+    if child == 0:
+      time.sleep(60)
+      os._exit(0)
+    started = time.time()
+    flush()
+    print(round(time.time() - started))
+    os.kill(child, signal.SIGKILL)
+  """)
+  env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": db, "CAPTURE_PROCESS_REPLAY": "1"}
+  proc = subprocess.run([sys.executable, "-c", program], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0 and int(proc.stdout) < 10, proc.stderr
+  assert Store(db).capture_counts() == {"schedule": 1, "kernel": 1, "exec": 1}
