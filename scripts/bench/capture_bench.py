@@ -1,21 +1,26 @@
 """Capture overhead: the corpus (or the workloads named: `python -m scripts.bench.capture_bench --only mlp_sgd
 cnn_adam transformer_adamw --no-variants`) run with capture off and on, alternating, ROUNDS=5 pairs (fresh processes,
-warm compile cache). Prints the median wall times, the median of the pairs' ratios, and database bytes per capture
-(per kind: the blobs its captures refer to, with the zlib dictionaries of their deltas; a blob that several captures
-refer to is split between them)."""
-import os, statistics, subprocess, sys, tempfile, time
+warm compile cache). Prints the median wall and CPU times, the median of the pairs' ratios, and database bytes per
+capture (per kind: the blobs its captures refer to, with the zlib dictionaries of their deltas; a blob that several
+captures refer to is split between them)."""
+import os, resource, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_corpus(capture: bool, db: str, args: list[str]) -> float:
+def run_corpus(capture: bool, db: str, args: list[str]) -> tuple[float, float]:
+  """Wall seconds and CPU seconds (user and system, of the process and what it waited for) of one run."""
   env = {**os.environ, "PYTHONPATH": str(ROOT), "REPLAY_DB": db, "CAPTURE_PROCESS_REPLAY": "1" if capture else "0"}
   # as users run: modules compiled once (capture imports a dozen modules the run without it does not)
   env.pop("PYTHONDONTWRITEBYTECODE", None)
   t0 = time.perf_counter()
-  subprocess.run([sys.executable, "-m", "scripts.workloads", *args], cwd=ROOT, env=env, check=True, capture_output=True)
-  return time.perf_counter() - t0
+  proc = subprocess.Popen([sys.executable, "-m", "scripts.workloads", *args], cwd=ROOT, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  _, stderr = proc.communicate()
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  if proc.returncode != 0: raise SystemExit(f"the workloads failed (exit {proc.returncode}): {stderr.decode()[-2000:]}")
+  return time.perf_counter() - t0, usage.ru_utime + usage.ru_stime
 
 
 def main():
@@ -24,10 +29,14 @@ def main():
   with tempfile.TemporaryDirectory() as tmp:
     db = os.path.join(tmp, "bench.db")
     run_corpus(False, db, args)  # warm the compile cache
-    off, on = [], []
+    off, on, cpu_off, cpu_on = [], [], [], []
+    spent = run_corpus(False, db, args)[1]   # CPU of children is counted from here on
     for _ in range(rounds):
-      off.append(run_corpus(False, db, args))
-      on.append(run_corpus(True, db, args))
+      for times, cpus, capture in ((off, cpu_off, False), (on, cpu_on, True)):
+        wall, total = run_corpus(capture, db, args)
+        times.append(wall)
+        cpus.append(total - spent)
+        spent = total
     import sqlite3
     conn = sqlite3.connect(db)
     captures = conn.execute("SELECT count(*) FROM captures").fetchone()[0]
@@ -53,8 +62,11 @@ def main():
                if f.startswith("bench.db") and os.path.isfile(os.path.join(tmp, f)))
   m_off, m_on = statistics.median(off), statistics.median(on)
   pairs = statistics.median(b / a for a, b in zip(off, on))
+  cpu_pairs = statistics.median(b / a for a, b in zip(cpu_off, cpu_on))
   print(f"wall time, median of {rounds} alternated pairs: capture off {m_off:.2f}s, capture on {m_on:.2f}s, "
         f"ratio on/off {pairs:.3f} (median of the pairs' ratios; goal <= 1.05)")
+  print(f"CPU time (user + system): capture off {statistics.median(cpu_off):.2f}s, capture on "
+        f"{statistics.median(cpu_on):.2f}s, ratio on/off {cpu_pairs:.3f} (median of the pairs' ratios)")
   print(f"{captures} captures over {rounds} runs; database {size / 1e6:.2f} MB = {size / max(captures, 1):.0f} bytes "
         f"per capture "
         f"({blob_bytes / max(captures, 1):.0f} compressed blob bytes per capture; identical payloads are stored once)")
