@@ -6,8 +6,8 @@ project. The file stays browsable with `sqlite-utils tables/rows` and plain `sql
 """
 from __future__ import annotations
 import hashlib, json, os, sqlite3, time, zlib
-from db import journal
 from typing import Any, Iterable, Optional, TYPE_CHECKING
+from db import journal
 if TYPE_CHECKING: import sqlite_utils
 
 SCHEMA_VERSION = 12

@@ -86,28 +86,27 @@ class _Sink:
   def put(self, store: Store, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes,
           input_sha: str, output_data: bytes, flags: str, meta: dict, shared: dict[str, bytes],
           roles: dict[str, tuple]) -> None:
-    """Store one capture: into the journal, folded into the database a second later (or at once without one)."""
-    if self.journal is None:
-      store.add_capture(run_id, kind, key, name, location, input_data, output_data, flags, meta, input_sha=input_sha,
-                        shared_blobs=shared, roles=roles)
-      return
-    output_sha = hashlib.sha256(output_data).hexdigest()
-    fields = {"run_id": run_id, "kind": kind, "key": key, "name": name, "location": location, "time": time.time(),
-              "input_sha": input_sha, "output_sha": output_sha, "flags": flags,
-              "meta": json.dumps(meta) if meta else "{}"}
-    # the order add_capture stores them in: parts first, then the payloads
-    blobs = [*((sha, data, roles.get(sha)) for sha, data in shared.items()),
-             (input_sha, input_data, (kind, "input")), (output_sha, output_data, (kind, "output"))]
-    try: size = self.journal.append(fields, blobs, list(shared))
-    except journal.JournalError:   # the journal's folder cannot be written: the database may still be
-      store.add_capture(run_id, kind, key, name, location, input_data, output_data, flags, meta, input_sha=input_sha,
-                        shared_blobs=shared, roles=roles)
-      return
-    if size >= journal.FOLD_AT_BYTES: self.fold()
-    elif self.timer is None:
-      self.timer = threading.Timer(journal.FOLD_AFTER_SECONDS, self._fold_in_background)
-      self.timer.daemon = True
-      self.timer.start()
+    """Store one capture: into the journal, folded into the database a second later (or at once without one, or
+    when its folder cannot be written)."""
+    if self.journal is not None:
+      output_sha = hashlib.sha256(output_data).hexdigest()
+      fields = {"run_id": run_id, "kind": kind, "key": key, "name": name, "location": location, "time": time.time(),
+                "input_sha": input_sha, "output_sha": output_sha, "flags": flags,
+                "meta": json.dumps(meta) if meta else "{}"}
+      # the order add_capture stores them in: parts first, then the payloads
+      blobs = [*((sha, data, roles.get(sha)) for sha, data in shared.items()),
+               (input_sha, input_data, (kind, "input")), (output_sha, output_data, (kind, "output"))]
+      try: size = self.journal.append(fields, blobs, list(shared))
+      except journal.JournalError: size = None
+      if size is not None:
+        if size >= journal.FOLD_AT_BYTES: self.fold()
+        elif self.timer is None:
+          self.timer = threading.Timer(journal.FOLD_AFTER_SECONDS, self._fold_in_background)
+          self.timer.daemon = True
+          self.timer.start()
+        return
+    store.add_capture(run_id, kind, key, name, location, input_data, output_data, flags, meta, input_sha=input_sha,
+                      shared_blobs=shared, roles=roles)
 
   def fold(self) -> None:
     """Move the captures waiting in this process's journal into the database."""
