@@ -84,6 +84,9 @@ def records(data: bytes) -> Iterator[Record]:
 
 _live: dict[str, list["Journal"]] = {}   # the journals of this process, by database
 _live_lock = threading.Lock()
+# the records of the segments this process sealed, by path, with the segment's size: folded from here, not read back
+# and decoded (a segment of the same size is the one this process wrote; any other is read from its file)
+_written_here: dict[str, tuple[int, list[Record]]] = {}
 
 
 class Journal:
@@ -97,6 +100,7 @@ class Journal:
     self.written: set[str] = set()          # blobs in a record of this journal
     self.lock = threading.Lock()
     self.seq, self.fd, self.path, self.bytes = 0, None, "", 0
+    self.records: list[Record] = []   # those of the open segment: its folder in this process need not read them back
     with _live_lock: _live.setdefault(os.path.realpath(db_path), []).append(self)
 
   def _open_segment(self) -> None:
@@ -122,7 +126,8 @@ class Journal:
         else:
           kept.append((sha, data, role))
           new.append(sha)
-      record = Record(fields, kept, shared).encode()
+      entry = Record(fields, kept, shared)
+      record = entry.encode()
       try:
         if self.fd is None: self._open_segment()
         view = memoryview(record)
@@ -134,6 +139,7 @@ class Journal:
         raise JournalError(f"cannot write to {self.dir}: {e.strerror or e}") from e
       self.written.update(new)
       self.bytes += len(record)
+      self.records.append(entry)
       return self.bytes
 
   def seal(self) -> None:
@@ -142,10 +148,13 @@ class Journal:
 
   def _seal(self) -> None:
     if self.fd is None or os.getpid() != self.pid: return
-    try: os.rename(self.path, self.path[:-len(".open")] + ".sealed")
+    sealed = self.path[:-len(".open")] + ".sealed"
+    try:
+      os.rename(self.path, sealed)
+      with _live_lock: _written_here[sealed] = (os.fstat(self.fd).st_size, self.records)
     finally:
       os.close(self.fd)
-      self.fd = None
+      self.fd, self.records = None, []
 
 
 def _segments(directory: str) -> list[tuple[str, int, str, str]]:
@@ -192,13 +201,17 @@ def _fold_segment(store, path: str, wait: bool) -> Optional[tuple[int, list[tupl
       if os.stat(path).st_ino != os.fstat(fd).st_ino: return 0, []
     except FileNotFoundError: return 0, []   # folded while this process waited for the lock
     recovering = path.endswith(".folding")
+    with _live_lock: mine = _written_here.pop(path, None)
     if not recovering:
       moved = path.rsplit(".", 1)[0] + ".folding"
       os.rename(path, moved)
       path = moved
-    chunks = []
-    while chunk := os.read(fd, 1 << 20): chunks.append(chunk)
-    done = store.fold_records(list(records(b"".join(chunks))), recovering=recovering)
+    if mine is not None and mine[0] == os.fstat(fd).st_size: found = mine[1]
+    else:
+      chunks = []
+      while chunk := os.read(fd, 1 << 20): chunks.append(chunk)
+      found = list(records(b"".join(chunks)))
+    done = store.fold_records(found, recovering=recovering)
     os.unlink(path)
     return done
   finally: os.close(fd)
@@ -215,7 +228,8 @@ def _after_fork_in_child() -> None:
       if j.fd is not None:
         try: os.close(j.fd)
         except OSError: pass
-        j.fd, j.lock = None, threading.Lock()
+        j.fd, j.lock, j.records = None, threading.Lock(), []
+  _written_here.clear()   # the parent folds its own
 
 
 if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -491,11 +491,13 @@ class Store:
     self._committed((in_sha, out_sha, *shared_blobs))
     return capture_id
 
+  _NUMBERED_CAPTURE_ROW = ("INSERT INTO captures (id, run_id, kind, key, name, location, time, input_sha, output_sha, "
+                           "flags, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
+  _CAPTURE_BLOB_ROW = "INSERT OR IGNORE INTO capture_blobs (capture_id, sha256) VALUES (?, ?)"
+
   def _insert_capture(self, row: tuple, shared: list[str]) -> int:
     capture_id = self.conn.execute(self._CAPTURE_ROW, row).lastrowid
-    if shared:
-      self.conn.executemany("INSERT OR IGNORE INTO capture_blobs (capture_id, sha256) VALUES (?, ?)",
-                            [(capture_id, sha) for sha in shared])
+    if shared: self.conn.executemany(self._CAPTURE_BLOB_ROW, [(capture_id, sha) for sha in shared])
     return capture_id
 
   # the columns of a capture as a journal record holds them (`db/journal.py`)
@@ -526,23 +528,30 @@ class Store:
   def _fold(self, records: list, recovering: bool) -> tuple[int, list[tuple[int, str]]]:
     written: set[str] = set()
     lost: dict[int, int] = {}
-    stored = 0
     try:
       with self.transaction():
+        held = self._held_blobs({sha for record in records for sha, data, _ in record.blobs if data is None})
+        # the rows go in together once their blobs are in, with the ids the database would give them one by one
+        rows, links = [], []
+        next_id = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM captures").fetchone()[0]
         for record in records:
           row = tuple(record.fields.get(f) for f in self.JOURNAL_FIELDS)
           if recovering and self.conn.execute("SELECT 1 FROM captures WHERE run_id = ? AND key = ? AND time = ?",
                                               (row[0], row[2], row[5])).fetchone():
             continue
-          if any(data is None and sha not in written and not self._has_blob(sha) for sha, data, _ in record.blobs):
+          if any(data is None and sha not in written and sha not in held for sha, data, _ in record.blobs):
             lost[row[0]] = lost.get(row[0], 0) + 1
             continue
           for sha, data, role in record.blobs:
             if data is not None and sha not in written:
               self._put_blob(data, sha, role)
               written.add(sha)
-          self._insert_capture(row, record.shared)
-          stored += 1
+          rows.append((next_id, *row))
+          links.extend((next_id, sha) for sha in record.shared)
+          next_id += 1
+        self.conn.executemany(self._NUMBERED_CAPTURE_ROW, rows)
+        self.conn.executemany(self._CAPTURE_BLOB_ROW, links)
+        stored = len(rows)
         for run_id, n in lost.items():
           self.conn.execute("UPDATE runs SET lost = coalesce(lost, 0) + ? WHERE id = ?", (n, run_id))
     except BaseException:
@@ -552,8 +561,14 @@ class Store:
     return stored, [(run_id, "a blob it refers to was removed from the database") for run_id, n in lost.items()
                     for _ in range(n)]
 
-  def _has_blob(self, sha: str) -> bool:
-    return self.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (sha,)).fetchone() is not None
+  def _held_blobs(self, shas: set[str]) -> set[str]:
+    """Those of `shas` the file holds (asked in batches: a fold asks about every blob its records left out)."""
+    held, order = set(), sorted(shas)
+    for start in range(0, len(order), 500):
+      batch = order[start:start + 500]
+      query = f"SELECT sha256 FROM blobs WHERE sha256 IN ({','.join('?' * len(batch))})"
+      held.update(r[0] for r in self.conn.execute(query, batch))
+    return held
 
   def fold_pending(self) -> int:
     """Fold the captures capturing processes left in their journals (`db/journal.py`) into the database, before a

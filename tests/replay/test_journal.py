@@ -107,3 +107,19 @@ def test_a_forked_child_that_lives_on_does_not_hold_up_its_parents_fold(tmp_path
   proc = subprocess.run([sys.executable, "-c", program], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0 and int(proc.stdout) < 10, proc.stderr
   assert Store(db).capture_counts() == {"schedule": 1, "kernel": 1, "exec": 1}
+
+
+def test_a_process_folds_its_own_segment_from_memory_unless_the_file_changed(tmp_path):
+  db = str(tmp_path / "r.db")
+  store = Store(db)
+  run = store.add_run(argv="[]")
+  j = journal.Journal(db, store.known_blobs)
+  for i in range(2): j.append(_record(i, run).fields, _record(i, run).blobs, [])
+  assert store.capture_counts(run) == {"kernel": 2}   # the records it wrote, not read back
+  for i in range(2, 4): j.append(_record(i, run).fields, _record(i, run).blobs, [])
+  j.seal()
+  (sealed,) = os.listdir(journal.pending_dir(db))
+  with open(os.path.join(journal.pending_dir(db), sealed), "ab") as f: f.write(_record(4, run).encode())
+  # the file is not what this process wrote: it is read, all of it
+  assert [c["key"] for c in store.captures([run])] == ["k0", "k1", "k2", "k3", "k4"]
+  assert store.integrity_ok() and journal._written_here == {}
