@@ -6,7 +6,7 @@ process's capture journal (`db/journal.py`) in one write: a capture is durable a
 call has returned. The journal is folded into the database a second later, and at exit.
 """
 from __future__ import annotations
-import atexit, hashlib, json, os, platform, sys, threading, time, weakref
+import atexit, contextlib, hashlib, json, os, platform, sys, threading, time, weakref
 from typing import Any, Optional
 import numpy as np
 from db import Store, journal
@@ -313,12 +313,15 @@ def _schedule_output(asts: list, var_vals: dict) -> tuple[bytes, dict[str, bytes
   return hit
 
 
-_flags_json: dict[tuple, str] = {}
+_flags_json: dict[tuple, tuple[str, str]] = {}
 
 
-def flags_json(flags: dict[str, int]) -> str:
+def flags_json(flags: dict[str, int]) -> tuple[str, str]:
+  """The flags as JSON, all of them and the compiler's only (the capture's key), once per set of values."""
   key = tuple(flags.items())
-  if (hit := _flags_json.get(key)) is None: hit = _flags_json[key] = json.dumps(flags, sort_keys=True)
+  if (hit := _flags_json.get(key)) is None:
+    compiler = {k: v for k, v in flags.items() if k not in NON_COMPILER_FLAGS}
+    hit = _flags_json[key] = (json.dumps(flags, sort_keys=True), json.dumps(compiler, sort_keys=True))
   return hit
 
 
@@ -332,9 +335,11 @@ class CapturePoint:
     # blobs of their own the payloads refer to, by sha256: parts (a graph, kernel ASTs) and an exec's input buffers
     self.shared: dict[str, bytes] = {}
     self.roles: dict[str, tuple] = {}
-    contract = sut.contract()
+    self.contract = contract = sut.contract()
     self.flags = contract.flag_values()
-    with contract.without_pickled_buffers():
+    # pickling a graph leaves buffer contents out (they are stored apart); a kernel's AST is pickled once per process
+    pickles = kind != "kernel" or inputs[0] not in _ast_parts
+    with contract.without_pickled_buffers() if pickles else contextlib.nullcontext():
       if kind == "schedule":
         sha, graph = graph_part(inputs[0])
         payload, self.shared, self.roles = {parts.GRAPH: sha}, {sha: graph}, {sha: _GRAPH_ROLE}
@@ -349,7 +354,7 @@ class CapturePoint:
         self.shared[sha], self.roles = graph, {sha: _GRAPH_ROLE}
         self.meta.update(info)
       else: raise ValueError(f"unknown capture kind {kind!r}")
-      self.input_data = serialize.dumps(payload)
+      self.input_data = serialize.dumps(payload, contract.VERSION, plain=kind == "kernel")
     self.location = location()
     self.name = self.meta.pop("name", kind)
 
@@ -372,27 +377,28 @@ class CapturePoint:
     return False
 
   def _store(self) -> None:
-    contract = sut.contract()
-    with contract.without_pickled_buffers():
-      if self.kind == "schedule":
-        asts, var_vals = self.output
+    contract = self.contract
+    if self.kind == "schedule":
+      asts, var_vals = self.output
+      with contract.without_pickled_buffers():
         output_data, ast_parts, self.name = _schedule_output(list(asts), dict(var_vals))
-        self.shared = {**self.shared, **ast_parts}
-        self.roles = {**self.roles, **dict.fromkeys(ast_parts, _AST_ROLE)}
-      elif self.kind == "kernel":
-        src, name, *options = self.output   # older compilers hand over (src, name) only
-        output_data = serialize.dumps({"src": src, "name": name, **({"options": options[0]} if options else {})})
-        self.name = name
-      else:
-        # a step's outputs are the next one's inputs
-        output_data = serialize.dumps({"outputs": [buffers.encode(o, self.shared) for o in self.output]})
-    compiler = flags_json({k: v for k, v in self.flags.items() if k not in NON_COMPILER_FLAGS})
+      self.shared = {**self.shared, **ast_parts}
+      self.roles = {**self.roles, **dict.fromkeys(ast_parts, _AST_ROLE)}
+    elif self.kind == "kernel":
+      src, name, *options = self.output   # older compilers hand over (src, name) only
+      output_data = serialize.dumps({"src": src, "name": name, **({"options": options[0]} if options else {})},
+                                    contract.VERSION, plain=True)
+      self.name = name
+    else:   # a step's outputs are the next one's inputs
+      output_data = serialize.dumps({"outputs": [buffers.encode(o, self.shared) for o in self.output]},
+                                    contract.VERSION, plain=True)
+    all_flags, compiler = flags_json(self.flags)
     # the content key: the hash of the input payload's hash and the compiler flags (the payload is hashed once)
     in_sha = hashlib.sha256(self.input_data).hexdigest()
     key = hashlib.sha256(f"{in_sha}|{compiler}".encode()).hexdigest()
     store, run_id = SINK.get()
     SINK.put(store, run_id, self.kind, key, self.name, self.location, self.input_data, in_sha, output_data,
-             flags_json(self.flags), self.meta, self.shared, self.roles)
+             all_flags, self.meta, self.shared, self.roles)
 
 
 def flush() -> None:

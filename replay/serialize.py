@@ -32,10 +32,15 @@ class ContractVersionError(PayloadFormatError):
   """The payload was captured under a contract version the compiler on the path does not read."""
 
 
-def dumps(obj: Any, version: Optional[int] = None) -> bytes:
-  """The payload behind its first line (`PRPL3 contract=N`); N is the version of the contract on the path."""
+def dumps(obj: Any, version: Optional[int] = None, plain: bool = False) -> bytes:
+  """The payload behind its first line (`PRPL3 contract=N`); N is the version of the contract on the path. `plain`: the
+  caller built the payload from plain values only (no graph node to list first)."""
   if version is None: version = sut.contract().VERSION
-  return FORMAT + b" contract=%d\n" % version + pickle.dumps((graph_nodes(obj), obj), protocol=PROTOCOL)
+  nodes = [] if plain else graph_nodes(obj)
+  return FORMAT + b" contract=%d\n" % version + pickle.dumps((nodes, obj), protocol=PROTOCOL)
+
+
+_SCALARS = (str, bytes, int, float, type(None))
 
 
 def _is_graph_node(x: Any) -> bool: return hasattr(x, "toposort") and isinstance(getattr(x, "src", None), tuple)
@@ -47,6 +52,7 @@ def graph_nodes(obj: Any) -> list:
   roots, todo = [], [obj]
   while todo:
     x = todo.pop()
+    if isinstance(x, _SCALARS): continue
     if _is_graph_node(x): roots.append(x)
     elif isinstance(x, dict): todo.extend(reversed([*x.keys(), *x.values()]))
     elif isinstance(x, (list, tuple, set, frozenset)): todo.extend(reversed(list(x)))

@@ -58,8 +58,11 @@ class ContextVar:
 
   @staticmethod
   def snapshot() -> dict[str, int]:
-    """Every registered flag and its current value, sorted by name."""
-    return {name: ContextVar._cache[name].value for name in sorted(ContextVar._cache)}
+    """Every registered flag and its current value, sorted by name (taken at every capture: the block's values are
+    looked up once, not once per flag)."""
+    blocks = getattr(_block_values, "flags", None) or {}
+    return {name: blocks[name] if name in blocks else var.process_value
+            for name, var in sorted(ContextVar._cache.items())}
 
 
 class Context:
