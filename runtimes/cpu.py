@@ -349,6 +349,9 @@ def _vector_typedef(dtype: DType) -> str:
   return f"mask{dtype.count}" if _is_mask(dtype) else c_identifier(dtype.name, "vector type")
 
 
+_TRAPPING_DIVISION = (dtypes.int32, dtypes.int64)   # C does narrower signed types in int: their lowest value / -1 fits
+
+
 def _render_alu(op: Ops, dtype: DType, s: list[str]) -> str:
   ct = _ctype[dtype] if dtype.count == 1 else _vector_typedef(dtype)
   if op is Ops.CAST: return f"({ct})({s[0]})"
@@ -363,6 +366,11 @@ def _render_alu(op: Ops, dtype: DType, s: list[str]) -> str:
   if op is Ops.MAX: return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
   if op is Ops.WHERE: return f"(({s[0]})?{s[1]}:{s[2]})"
   if op is Ops.THREEFRY: return f"threefry2x32({s[0]}, {s[1]})"
+  if op in (Ops.IDIV, Ops.MOD) and dtype in _TRAPPING_DIVISION:
+    # the lowest value over -1 overflows, and the processor traps (the process dies of SIGFPE): the quotient wraps
+    # to the dividend negated with unsigned arithmetic, the remainder is 0, as on the other devices
+    negated = f"({ct})(0ull-(unsigned long long)({s[0]}))" if op is Ops.IDIV else f"({ct})0"
+    return f"(({s[1]})==0?({ct})0:({s[1]})==-1?{negated}:({s[0]}{'/' if op is Ops.IDIV else '%'}{s[1]}))"
   if op is Ops.IDIV: return f"(({s[1]})==0?({ct})0:({s[0]}/{s[1]}))"
   if op is Ops.MOD: return f"(({s[1]})==0?({ct})0:({s[0]}%{s[1]}))"
   infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.XOR: "^", Ops.OR: "|",

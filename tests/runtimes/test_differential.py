@@ -171,6 +171,19 @@ def test_op_over_dtypes_and_shapes(dtype, name, fns, shapes, device):
     np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])
+def test_integer_division_edges_agree_across_devices_and_never_trap(dtype):
+  # the lowest value over -1 overflows: a C division traps on it (SIGFPE kills the process); it wraps instead
+  lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+  a = np.array([lo, lo, hi, 5, -7, 7, lo, 0, -1], dtype=dtype)
+  b = np.array([-1, 1, -1, 0, 2, -2, lo, -1, -1], dtype=dtype)
+  results = {device: on_device(device, lambda: ((Tensor(a) // Tensor(b)).numpy(), (Tensor(a) % Tensor(b)).numpy()))
+             for device in DEVICES}
+  for quotient, remainder in results.values():
+    assert quotient.tolist() == [lo, lo, -hi, 0, -3, -3, 1, 0, 1]   # truncated, by zero 0
+    assert remainder.tolist() == [0, 0, 0, 0, 1, -1, 0, 0, 0]       # the divisor's sign, as Python's
+
+
 # ***** compile counts across processes *****
 
 @pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
