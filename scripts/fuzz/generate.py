@@ -394,14 +394,14 @@ class Builder:
       bound = None if x.bound is None or y.bound is None else max(x.bound, y.bound)
       return self.emit(self.new(new, x.dtype, bound, x.nan or y.nan, x.terms),
                        f"t{first.name}.cat(t{second.name}, dim={dim})",
-                       f"np.concatenate([n{first.name}, n{second.name}], axis={dim})", "cat")
+                       f"ref.concatenate([n{first.name}, n{second.name}], axis={dim})", "cat")
     if kind == "stack":
       dim = c.integer(0, len(shape))
       y = self.input(shape, x.dtype)
       bound = None if x.bound is None or y.bound is None else max(x.bound, y.bound)
       return self.emit(self.new(shape[:dim] + (2,) + shape[dim:], x.dtype, bound, x.nan or y.nan, x.terms),
                        f"Tensor.stack(t{x.name}, t{y.name}, dim={dim})",
-                       f"np.stack([n{x.name}, n{y.name}], axis={dim})", "stack")
+                       f"ref.stack([n{x.name}, n{y.name}], axis={dim})", "stack")
     return self.index(x)
 
   def _refactor(self, n: int) -> tuple:
@@ -566,7 +566,7 @@ class Builder:
       v = self.new(shape, x.dtype, None if x.bound is None else x.bound * math.prod(x.shape), x.nan,
                    x.terms * max(1, math.prod(x.shape)))
       return self.emit(v, f"Tensor.einsum({letters + '->' + out!r}, t{x.name})",
-                       f"ref.cast(np.einsum({letters + '->' + out!r}, ref.cast(n{x.name}, 'float64')), {x.dtype!r})",
+                       f"ref.cast(ref.einsum({letters + '->' + out!r}, ref.cast(n{x.name}, 'float64')), {x.dtype!r})",
                        "einsum")
     k = x.shape[-1]
     other = (k, c.integer(1, 4)) if kind == "contract" else (c.integer(1, 4),)
@@ -576,7 +576,7 @@ class Builder:
     bound = None if x.bound is None else x.bound * 3 * (k if kind == "contract" else 1)
     v = self.new(shape, x.dtype, bound, x.nan or bound is None, x.terms * (k if kind == "contract" else 1))
     return self.emit(v, f"Tensor.einsum({formula!r}, t{x.name}, t{y.name})",
-                     f"ref.cast(np.einsum({formula!r}, ref.cast(n{x.name}, 'float64'), ref.cast(n{y.name}, "
+                     f"ref.cast(ref.einsum({formula!r}, ref.cast(n{x.name}, 'float64'), ref.cast(n{y.name}, "
                      f"'float64')), {x.dtype!r})",
                      "einsum")
 

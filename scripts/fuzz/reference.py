@@ -192,6 +192,32 @@ def sum_dtype(dtype: str) -> str:
   return dtype
 
 
+def concatenate(parts: list, axis: int) -> np.ndarray:
+  """`cat`: each part padded with zeros to the whole and the pads summed, so a float -0.0 comes out +0.0."""
+  out = np.concatenate(parts, axis=axis)
+  return out + out.dtype.type(0) if out.dtype.kind == "f" else out
+
+
+def stack(parts: list, axis: int) -> np.ndarray:
+  """`stack`: a `cat` of the parts with a new axis."""
+  return concatenate([np.expand_dims(p, axis) for p in parts], axis)
+
+
+def einsum(formula: str, *operands) -> np.ndarray:
+  """`einsum`; one that sums nothing (an outer product, a transpose) is the operands' product, whose -0.0 numpy's
+  accumulator would turn into +0.0."""
+  inputs, out = formula.split("->")
+  specs = inputs.split(",")
+  if not set("".join(specs)) <= set(out) or any(len(set(spec)) != len(spec) for spec in specs):
+    return np.einsum(formula, *operands)
+  product = np.ones((), dtype=np.result_type(*operands))
+  for spec, x in zip(specs, operands):
+    kept = "".join(c for c in out if c in spec)
+    product = product * np.transpose(x, [spec.index(c) for c in kept]).reshape(
+      [x.shape[spec.index(c)] if c in spec else 1 for c in out])
+  return product
+
+
 def pad(x, pads, value=0.0) -> np.ndarray:
   """Pads of (before, after) per axis; negative amounts cut."""
   x = np.asarray(x)
@@ -224,10 +250,12 @@ def matmul(a, b, out_dtype: str) -> np.ndarray:
 
 def gather(x, dim: int, index: np.ndarray) -> np.ndarray:
   """torch.gather: out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim`, the output of index's shape (on
-  the other axes index may be shorter than x, never broadcast)."""
+  the other axes index may be shorter than x, never broadcast). The reference sums a one-hot selection, so a float
+  -0.0 comes out +0.0."""
   x = np.asarray(x)
   part = x[tuple(slice(0, n) if a != dim else slice(None) for a, n in enumerate(index.shape))]
-  return np.take_along_axis(part, index.astype(np.int64), axis=dim)
+  out = np.take_along_axis(part, index.astype(np.int64), axis=dim)
+  return out + out.dtype.type(0) if out.dtype.kind == "f" else out
 
 
 def power(x, exponent, out_dtype: str) -> np.ndarray:

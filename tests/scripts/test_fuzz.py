@@ -77,3 +77,23 @@ def test_the_command_line(tmp_path):
   bad = subprocess.run([sys.executable, "-m", "scripts.fuzz", "--print", "x"], capture_output=True, text=True)
   assert bad.returncode == 2 and "SEED:INDEX" in bad.stderr
   assert fuzz_main(["--count", "3", "--seed", "4", "--device", "PYTHON"]) == 0
+
+
+@pytest.mark.parametrize("device", DEVICES_HERE)
+def test_the_reference_keeps_signed_zeros_where_the_compiler_does(device):
+  # cat, stack and gather sum zero-padded or one-hot parts (-0.0 comes out +0.0); a product that sums nothing keeps it
+  from scheduler import Tensor
+  x, y = np.array([[-0.0, 1.0]], np.float32), np.array([[-0.0, -2.0]], np.float32)
+  index = np.array([[0, 1]], np.int32)
+  pairs = [
+    (lambda: Tensor(x, device=device).cat(Tensor(y, device=device), dim=0), ref.concatenate([x, y], axis=0)),
+    (lambda: Tensor.stack(Tensor(x, device=device), Tensor(y, device=device), dim=1), ref.stack([x, y], axis=1)),
+    (lambda: Tensor(y, device=device).gather(1, Tensor(index, device=device)), ref.gather(y, 1, index)),
+    (lambda: Tensor.einsum("ab,z->abz", Tensor(x, device=device), Tensor(np.array([3.0], np.float32), device=device)),
+     ref.einsum("ab,z->abz", x, np.array([3.0], np.float32))),
+    (lambda: Tensor.einsum("ab->ba", Tensor(y, device=device)), ref.einsum("ab->ba", y)),
+  ]
+  for ours, expected in pairs:
+    got = ours().numpy()
+    np.testing.assert_array_equal(got, expected)
+    assert np.signbit(got).tolist() == np.signbit(expected).tolist()
