@@ -204,10 +204,16 @@ def stack(parts: list, axis: int) -> np.ndarray:
 
 
 def einsum(formula: str, *operands) -> np.ndarray:
-  """`einsum`; one that sums nothing (an outer product, a transpose) is the operands' product, whose -0.0 numpy's
-  accumulator would turn into +0.0."""
+  """`einsum`; one that sums nothing (an outer product, a transpose, a sum over axes of one element) is the operands'
+  product, whose -0.0 numpy's accumulator would turn into +0.0."""
   inputs, out = formula.split("->")
-  specs = inputs.split(",")
+  specs, operands = inputs.split(","), [np.asarray(x) for x in operands]
+  for letter in {c for spec in specs for c in spec if c not in out}:
+    if all(spec.count(letter) == 1 and x.shape[spec.index(letter)] == 1 for spec, x in zip(specs, operands)
+           if letter in spec):
+      operands = [x.take(0, axis=spec.index(letter)) if letter in spec else x for spec, x in zip(specs, operands)]
+      specs = [spec.replace(letter, "") for spec in specs]
+  formula = ",".join(specs) + "->" + out
   if not set("".join(specs)) <= set(out) or any(len(set(spec)) != len(spec) for spec in specs):
     return np.einsum(formula, *operands)
   product = np.ones((), dtype=np.result_type(*operands))

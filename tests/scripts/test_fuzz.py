@@ -92,6 +92,8 @@ def test_the_reference_keeps_signed_zeros_where_the_compiler_does(device):
     (lambda: Tensor.einsum("ab,z->abz", Tensor(x, device=device), Tensor(np.array([3.0], np.float32), device=device)),
      ref.einsum("ab,z->abz", x, np.array([3.0], np.float32))),
     (lambda: Tensor.einsum("ab->ba", Tensor(y, device=device)), ref.einsum("ab->ba", y)),
+    (lambda: Tensor.einsum("ba,bz->az", Tensor(x, device=device), Tensor(np.array([[3.0]], np.float32), device=device)),
+     ref.einsum("ba,bz->az", x, np.array([[3.0]], np.float32))),   # a sum over one element
   ]
   for ours, expected in pairs:
     got = ours().numpy()
