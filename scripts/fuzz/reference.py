@@ -175,8 +175,14 @@ def prod_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
 
 
 def mean_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
+  """`mean`; of ints, the sum in `sum_dtype` (wrapping as it does) divided by the count."""
+  x = np.asarray(x)
   with np.errstate(all="ignore"):
-    return np.asarray(np.mean(np.asarray(x).astype(np.float64), axis=axis, keepdims=keepdim)).astype(out_dtype)
+    if x.dtype.kind not in "biu":
+      return np.asarray(np.mean(x.astype(np.float64), axis=axis, keepdims=keepdim)).astype(out_dtype)
+    total = np.asarray(sum_(x, axis, keepdim, sum_dtype(x.dtype.name)))
+    count = x.size // total.size if total.size else 0
+    return (total.astype(np.float64) / np.float64(count)).astype(out_dtype)
 
 
 def _acc(dtype: str):
