@@ -306,8 +306,10 @@ class Movement:
       return self._take(axis, np.minimum(np.floor(scaled), n - 1).astype(np.int32))
     if align_corners: source = positions * ((n - 1) / (out - 1)) if out > 1 else np.zeros(out)
     else: source = np.maximum((positions + 0.5) * n / out - 0.5, 0)
-    low = np.minimum(np.floor(source), n - 1).astype(np.int32)
-    high = np.minimum(low + 1, n - 1).astype(np.int32)
+    source = np.minimum(source, n - 1)
+    # the ceiling, not the next one: at a whole position the weight is 0 and the lerp blends the value with itself
+    # (an infinite neighbour would make it NaN)
+    low, high = np.floor(source).astype(np.int32), np.ceil(source).astype(np.int32)
     shape = [1] * self.ndim
     shape[axis] = out
     # integers blend in float32 and round back (a uint8 weight would be 0, and above - below could wrap)

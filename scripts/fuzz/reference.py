@@ -280,7 +280,8 @@ def power(x, exponent, out_dtype: str) -> np.ndarray:
 
 
 def interpolate(x, size: tuple, mode: str, align_corners: bool) -> np.ndarray:
-  """torch.nn.functional.interpolate of the last len(size) axes, computed in float64."""
+  """torch.nn.functional.interpolate of the last len(size) axes, computed in float64; linear is the reference's: the
+  source position clipped to the axis, its floor and ceiling lerped."""
   out = np.asarray(x).astype(np.float64)
   for axis, m in zip(range(out.ndim - len(size), out.ndim), size):
     n = out.shape[axis]
@@ -291,10 +292,12 @@ def interpolate(x, size: tuple, mode: str, align_corners: bool) -> np.ndarray:
     else:
       src = (i * (n - 1) / (m - 1) if m > 1
              else np.zeros(m)) if align_corners else np.maximum((i + 0.5) * n / m - 0.5, 0)
-      lo = np.minimum(np.floor(src), n - 1).astype(int)
-      hi = np.minimum(lo + 1, n - 1)
+      src = np.minimum(src, n - 1)
+      lo, hi = np.floor(src).astype(int), np.ceil(src).astype(int)
       w = (src - lo).reshape([-1 if a == axis else 1 for a in range(out.ndim)])
-      out = np.take(out, lo, axis=axis) * (1 - w) + np.take(out, hi, axis=axis) * w
+      # the reference's lerp, a + (b - a) * w: an infinite a gives NaN even where w is 0
+      start = np.take(out, lo, axis=axis)
+      out = start + (np.take(out, hi, axis=axis) - start) * w
   return cast(out, str(np.asarray(x).dtype))
 
 

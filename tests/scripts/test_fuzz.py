@@ -99,3 +99,14 @@ def test_the_reference_keeps_signed_zeros_where_the_compiler_does(device):
     got = ours().numpy()
     np.testing.assert_array_equal(got, expected)
     assert np.signbit(got).tolist() == np.signbit(expected).tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES_HERE)
+def test_the_reference_interpolates_infinities_as_the_compiler_does(device):
+  # linear interpolation lerps a + (b - a) * w between the floor and the ceiling: an infinite a gives NaN even at w = 0
+  from scheduler import Tensor
+  x = np.array([[[1.0, np.inf, 2.0, -np.inf]]], np.float32)
+  for size in ((1,), (2,), (3,), (7,)):
+    got = Tensor(x, device=device).interpolate(size, mode="linear").numpy()
+    with np.errstate(invalid="ignore"): expected = ref.interpolate(x, size, "linear", False)
+    np.testing.assert_array_equal(got, expected)
