@@ -187,6 +187,8 @@ def fold_pending(store) -> tuple[int, list[tuple[int, str]]]:
       done = _fold_segment(store, path, wait=state != "open")
       if done is None: stuck.add(token)
       else: folded, lost = folded + done[0], lost + done[1]
+    with _live_lock:   # segments of this process that another process folded first: their records are not needed
+      for path in [p for p in _written_here if not os.path.exists(p)]: del _written_here[path]
   return folded, lost
 
 

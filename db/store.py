@@ -464,8 +464,12 @@ class Store:
     """Record that a process of the run took `n` captures it could not store."""
     with self.transaction(): self.conn.execute("UPDATE runs SET lost = coalesce(lost, 0) + ? WHERE id = ?", (n, run_id))
 
-  _CAPTURE_ROW = ("INSERT INTO captures (run_id, kind, key, name, location, time, input_sha, output_sha, flags, meta) "
-                  "VALUES (?,?,?,?,?,?,?,?,?,?)")
+  # the columns of a capture as a journal record holds them (`db/journal.py`), and the statements that insert them
+  JOURNAL_FIELDS = ("run_id", "kind", "key", "name", "location", "time", "input_sha", "output_sha", "flags", "meta")
+  _CAPTURE_ROW = f"INSERT INTO captures ({', '.join(JOURNAL_FIELDS)}) VALUES ({','.join('?' * len(JOURNAL_FIELDS))})"
+  # with the ids the database would give the rows one by one (a fold inserts many at once)
+  _NUMBERED_CAPTURE_ROW = f"INSERT INTO captures (id, {', '.join(JOURNAL_FIELDS)}) " \
+                          f"VALUES ({','.join('?' * (len(JOURNAL_FIELDS) + 1))})"
 
   def _add_capture(self, run_id: int, kind: str, key: str, name: str, location: str, input_data: bytes,
                    output_data: bytes, flags: dict | str, meta: Optional[dict] = None, input_sha: Optional[str] = None,
@@ -491,17 +495,12 @@ class Store:
     self._committed((in_sha, out_sha, *shared_blobs))
     return capture_id
 
-  _NUMBERED_CAPTURE_ROW = ("INSERT INTO captures (id, run_id, kind, key, name, location, time, input_sha, output_sha, "
-                           "flags, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
   _CAPTURE_BLOB_ROW = "INSERT OR IGNORE INTO capture_blobs (capture_id, sha256) VALUES (?, ?)"
 
   def _insert_capture(self, row: tuple, shared: list[str]) -> int:
     capture_id = self.conn.execute(self._CAPTURE_ROW, row).lastrowid
     if shared: self.conn.executemany(self._CAPTURE_BLOB_ROW, [(capture_id, sha) for sha in shared])
     return capture_id
-
-  # the columns of a capture as a journal record holds them (`db/journal.py`)
-  JOURNAL_FIELDS = ("run_id", "kind", "key", "name", "location", "time", "input_sha", "output_sha", "flags", "meta")
 
   def fold_records(self, records: list, recovering: bool = False) -> tuple[int, list[tuple[int, str]]]:
     """Store journal records (`db/journal.py`) in one transaction: how many were stored, and (run, why) of each one
@@ -531,7 +530,7 @@ class Store:
     try:
       with self.transaction():
         held = self._held_blobs({sha for record in records for sha, data, _ in record.blobs if data is None})
-        # the rows go in together once their blobs are in, with the ids the database would give them one by one
+        # the rows go in together once their blobs are in
         rows, links = [], []
         next_id = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM captures").fetchone()[0]
         for record in records:

@@ -24,12 +24,22 @@ def test_records_read_back_up_to_a_write_a_kill_cut_short():
   assert back.blobs[0][1:] == (b"x" * 1000, ("kernel", "input")) and back.blobs[1][1:] == (b"output", None)
 
 
-def test_a_journal_folds_once_and_a_dead_folder_does_not_store_twice(tmp_path):
-  db = str(tmp_path / "r.db")
+def _journal(db: str, records: int) -> tuple[Store, int, journal.Journal]:
+  """A database with a run, and a journal of this process that holds `records` records of it."""
   store = Store(db)
   run = store.add_run(argv="[]")
   j = journal.Journal(db, store.known_blobs)
-  for i in range(3): j.append(_record(i, run).fields, _record(i, run).blobs, [])
+  _append(j, run, range(records))
+  return store, run, j
+
+
+def _append(j: journal.Journal, run: int, numbers) -> None:
+  for i in numbers: j.append(_record(i, run).fields, _record(i, run).blobs, [])
+
+
+def test_a_journal_folds_once_and_a_dead_folder_does_not_store_twice(tmp_path):
+  db = str(tmp_path / "r.db")
+  store, run, _ = _journal(db, 3)
   assert store.capture_counts(run) == {"kernel": 3}   # a read folds what this process holds
   assert os.listdir(journal.pending_dir(db)) == []
   # a folder that died after its commit leaves the segment as `.folding`: folding it again stores only what is new
@@ -111,15 +121,23 @@ def test_a_forked_child_that_lives_on_does_not_hold_up_its_parents_fold(tmp_path
 
 def test_a_process_folds_its_own_segment_from_memory_unless_the_file_changed(tmp_path):
   db = str(tmp_path / "r.db")
-  store = Store(db)
-  run = store.add_run(argv="[]")
-  j = journal.Journal(db, store.known_blobs)
-  for i in range(2): j.append(_record(i, run).fields, _record(i, run).blobs, [])
+  store, run, j = _journal(db, 2)
   assert store.capture_counts(run) == {"kernel": 2}   # the records it wrote, not read back
-  for i in range(2, 4): j.append(_record(i, run).fields, _record(i, run).blobs, [])
+  _append(j, run, range(2, 4))
   j.seal()
   (sealed,) = os.listdir(journal.pending_dir(db))
   with open(os.path.join(journal.pending_dir(db), sealed), "ab") as f: f.write(_record(4, run).encode())
   # the file is not what this process wrote: it is read, all of it
   assert [c["key"] for c in store.captures([run])] == ["k0", "k1", "k2", "k3", "k4"]
   assert store.integrity_ok() and journal._written_here == {}
+
+
+def test_records_kept_for_a_segment_another_process_folded_first_are_let_go(tmp_path):
+  db = str(tmp_path / "r.db")
+  store, run, j = _journal(db, 2)
+  j.seal()
+  (sealed,) = os.listdir(journal.pending_dir(db))
+  os.unlink(os.path.join(journal.pending_dir(db), sealed))   # as a reader in another process leaves it, once folded
+  assert journal._written_here
+  journal.fold_pending(store)
+  assert journal._written_here == {}
