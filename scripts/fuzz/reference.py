@@ -164,9 +164,23 @@ def derivative(op: str, x: np.ndarray) -> np.ndarray:
     }[op]
 
 
+def _summed_axes(x: np.ndarray, axis) -> tuple[tuple, tuple]:
+  """(the axes a sum over `axis` adds along, all the axes it removes): the reference drops an axis of one element
+  without adding (its -0.0 stays -0.0), where numpy's sum starts from +0.0."""
+  if x.ndim == 0: return (), ()
+  axes = tuple(range(x.ndim)) if axis is None else tuple(int(a) % x.ndim for a in np.atleast_1d(axis))
+  return tuple(a for a in axes if x.shape[a] != 1), axes
+
+
+def _sum(x: np.ndarray, axis, keepdim: bool) -> np.ndarray:
+  added, removed = _summed_axes(x, axis)
+  out = np.sum(x, axis=added, keepdims=True) if added else x.copy()
+  return out if keepdim else out.reshape(tuple(n for a, n in enumerate(x.shape) if a not in removed))
+
+
 def sum_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
   with np.errstate(all="ignore"):
-    return np.asarray(np.sum(np.asarray(x).astype(_acc(out_dtype)), axis=axis, keepdims=keepdim)).astype(out_dtype)
+    return np.asarray(_sum(np.asarray(x).astype(_acc(out_dtype)), axis, keepdim)).astype(out_dtype)
 
 
 def prod_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
@@ -175,14 +189,14 @@ def prod_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
 
 
 def mean_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
-  """`mean`; of ints, the sum in `sum_dtype` (wrapping as it does) divided by the count."""
+  """`mean`: the sum (of ints in `sum_dtype`, wrapping as it does) divided by the count."""
   x = np.asarray(x)
   with np.errstate(all="ignore"):
     if x.dtype.kind not in "biu":
-      return np.asarray(np.mean(x.astype(np.float64), axis=axis, keepdims=keepdim)).astype(out_dtype)
-    total = np.asarray(sum_(x, axis, keepdim, sum_dtype(x.dtype.name)))
+      total = _sum(x.astype(np.float64), axis, keepdim)
+    else: total = np.asarray(sum_(x, axis, keepdim, sum_dtype(x.dtype.name)))
     count = x.size // total.size if total.size else 0
-    return (total.astype(np.float64) / np.float64(count)).astype(out_dtype)
+    return np.asarray(total.astype(np.float64) / np.float64(count)).astype(out_dtype)
 
 
 def _acc(dtype: str):
@@ -248,13 +262,13 @@ def pad_mode(x, pads, mode: str) -> np.ndarray:
 
 def matmul(a, b, out_dtype: str) -> np.ndarray:
   """a @ b as the reference computes it: products in the operands' promoted dtype (a float16 product can
-  overflow), summed in float64, stored as `out_dtype`."""
+  overflow), summed in float64 (a contraction over one element is the product, -0.0 kept), stored as `out_dtype`."""
   a, b = cast(a, out_dtype), cast(b, out_dtype)
   a2 = a[None, :] if a.ndim == 1 else a
   b2 = b[:, None] if b.ndim == 1 else b
   with np.errstate(all="ignore"):
     products = a2[..., :, :, None] * b2[..., None, :, :]
-    out = products.astype(np.float64).sum(axis=-2)
+    out = _sum(products.astype(np.float64), -2, keepdim=False)
   if a.ndim == 1: out = out[..., 0, :]
   if b.ndim == 1: out = out[..., 0]
   return cast(out, out_dtype)

@@ -35,8 +35,8 @@ def test_every_program_kind_and_family_is_generated():
              "permute",
              "reshape", "matmul", "conv2d", "max_pool2d", "avg_pool2d", "cast", "sum", "max", "argmax", "prod", "mod",
              "idiv",
-             "where", "gradient", "SGD", "setitem", "Variable", "pow", "cumsum", "cummax", "gather", "interpolate",
-             "einsum"):
+             "where", "gradient", "SGD", "setitem", "Variable", "pow", "cumsum", "cummax", "cumprod", "cummin",
+             "gather", "interpolate", "einsum"):
     assert op in ops, op
 
 
@@ -94,6 +94,12 @@ def test_the_reference_keeps_signed_zeros_where_the_compiler_does(device):
     (lambda: Tensor.einsum("ab->ba", Tensor(y, device=device)), ref.einsum("ab->ba", y)),
     (lambda: Tensor.einsum("ba,bz->az", Tensor(x, device=device), Tensor(np.array([[3.0]], np.float32), device=device)),
      ref.einsum("ba,bz->az", x, np.array([[3.0]], np.float32))),   # a sum over one element
+    # sums, means and matmuls over axes of one element are the value itself (seed 71 found the matmul)
+    (lambda: Tensor(x, device=device).sum(0), ref.sum_(x, 0, False, "float32")),
+    (lambda: Tensor(x, device=device).mean(0, keepdim=True), ref.mean_(x, 0, True, "float32")),
+    (lambda: Tensor(x, device=device).sum(), ref.sum_(x, None, False, "float32")),
+    (lambda: Tensor(x.T.copy(), device=device) @ Tensor(np.array([[3.0]], np.float32), device=device),
+     ref.matmul(x.T, np.array([[3.0]], np.float32), "float32")),
   ]
   for ours, expected in pairs:
     got = ours().numpy()
