@@ -39,7 +39,7 @@ class Tensor(Functional, Reduce, Elementwise, Movement, Creation, TensorBase):
 
 # methods that only read or run tensors build no ops of their own to name
 _NOT_NAMED = {"schedule", "schedule_with_vars", "realize", "numpy", "tolist", "item", "backward", "gradient", "assign",
-              "to",
+              "to", "to_",
               "replace", "requires_grad_"}
 _NAMED_OPERATORS = ("__add__", "__mul__", "__sub__", "__truediv__", "__matmul__", "__neg__", "__getitem__", "__pow__",
                     "__radd__", "__rmul__", "__rsub__")

@@ -316,6 +316,12 @@ class TensorBase:
     if target == self.device: return self
     return self._carry_grad(type(self)(self.lazydata, target, requires_grad=self.requires_grad), lambda g: g.to(target))
 
+  def to_(self, device: Optional[str]) -> TensorBase:
+    """Move this tensor (and its gradient) to `device` in place."""
+    if self.grad is not None: self.grad = self.grad.to(device)
+    self.lazydata = self.to(device).lazydata
+    return self
+
   def clone(self) -> TensorBase:
     return self._carry_grad(type(self)(self.lazydata.clone(), self.device, requires_grad=self.requires_grad),
                             lambda g: g.clone())

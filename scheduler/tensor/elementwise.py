@@ -87,6 +87,10 @@ class Elementwise:
     positive, upper, lower = _sides(self * beta)
     return (1 / beta) * positive.where(upper + (1 + (-upper).exp()).log(), (1 + lower.exp()).log())
 
+  def logsigmoid(self):
+    """log(sigmoid(x)) = -softplus(-x), finite for large |x|."""
+    return -(-self).softplus()
+
   # bounded and smooth activations: each one expression over the ops above
   def hardtanh(self, min_val=-1, max_val=1): return self.maximum(min_val).minimum(max_val)
   def hardswish(self): return (self + 3).relu6().div(6).mul(self)
@@ -113,6 +117,8 @@ class Elementwise:
   def isnan(self): return self != self
   def isinf(self, detect_positive=True, detect_negative=True):
     return ((self == float("inf")) & bool(detect_positive)) | ((self == float("-inf")) & bool(detect_negative))
+
+  def isfinite(self): return (self.isinf() | self.isnan()).logical_not()
 
   def lerp(self, end, weight): return self + (end - self) * weight
 

@@ -9,7 +9,8 @@ from typing import Optional
 import numpy as np
 from scheduler.dtype import dtypes
 from scheduler.helpers import argfix, all_int, ceildiv, flatten, prod
-from scheduler.ops import UOp, resolve, smax, smin
+from scheduler.ops import Ops, UOp, resolve, smax, smin
+from scheduler.tensor import rearrange as formulas
 from scheduler.tensor.base import TensorBase, broadcast_shape, left_pad_shapes
 
 
@@ -243,11 +244,9 @@ class Movement:
     is_index = index.to(self.device).unsqueeze(-1)._one_hot_along_dim(self.shape[dim])
     return is_index.where(candidates, 0).sum(-1, dtype=self.dtype)
 
-  def scatter(self, dim: int, index, src, reduce: Optional[str] = None):
-    """self with out[..., index[i], ...] = src[..., i, ...] along `dim` (torch's scatter); reduce="add" or
-    "multiply" combines with self instead of replacing. Positions no index names keep self's value."""
-    if reduce not in (None, "add", "multiply"):
-      raise ValueError(f"scatter reduce must be 'add' or 'multiply', got {reduce!r}")
+  def _scattered(self, dim: int, index, src, gather_op: Ops):
+    """(part, hit, count) in self's shape: what `src` sends to each position of self along `dim` through `index`,
+    reduced with `gather_op` (ADD, MUL or MAX), whether anything landed there, and how many elements did."""
     if index.ndim != self.ndim: raise ValueError(f"index has {index.ndim} axes, self has {self.ndim}")
     dim = self._resolve_dim(dim)
     if not isinstance(src, TensorBase): src = type(self).full(index.shape, src, dtype=self.dtype, device=self.device)
@@ -258,14 +257,47 @@ class Movement:
     n = self.shape[dim]
     lands = index.to(self.device).unsqueeze(-1)._one_hot_along_dim(n)     # index.shape + (n,): element i goes to p
     moved = src.unsqueeze(-1)
-    part = lands.where(moved, 1).prod(dim) if reduce == "multiply" else lands.where(moved, 0).sum(dim, dtype=self.dtype)
-    hit = lands.any(dim)
+    if gather_op is Ops.MAX: part = lands.where(moved, dtypes.min(self.dtype)).max(dim)
+    elif gather_op is Ops.MUL: part = lands.where(moved, 1).prod(dim)
+    else: part = lands.where(moved, 0).sum(dim, dtype=self.dtype)
+    count = lands.sum(dim, dtype=dtypes.int32)
     # the targets (last axis) back in place of `dim`, then padded to self's extent where index is smaller
-    part, hit = (x.unsqueeze(dim).transpose(dim, -1).squeeze(-1) for x in (part, hit))
+    placed = [x.unsqueeze(dim).transpose(dim, -1).squeeze(-1) for x in (part, count)]
     padding = tuple((0, s - (n if d == dim else i)) for d, (i, s) in enumerate(zip(index.shape, self.shape)))
-    part, hit = part.pad(padding), hit.pad(padding)
+    part, count = (x.pad(padding) for x in placed)
+    return part, count > 0, count
+
+  def scatter(self, dim: int, index, src, reduce: Optional[str] = None):
+    """self with out[..., index[i], ...] = src[..., i, ...] along `dim` (torch's scatter); reduce="add" or
+    "multiply" combines with self instead of replacing. Positions no index names keep self's value."""
+    if reduce not in (None, "add", "multiply"):
+      raise ValueError(f"scatter reduce must be 'add' or 'multiply', got {reduce!r}")
+    part, hit, _ = self._scattered(dim, index, src, Ops.MUL if reduce == "multiply" else Ops.ADD)
     if reduce == "add": return self + hit.where(part, 0)
     if reduce == "multiply": return self * hit.where(part, 1)
+    return hit.where(part, self)
+
+  def scatter_reduce(self, dim: int, index, src, reduce: str, include_self: bool = True):
+    """torch's scatter_reduce: each position of self that `index` names along `dim` becomes the reduction ("sum",
+    "prod", "mean", "amax" or "amin") of the src elements sent to it, and of its own value with include_self.
+    Positions no index names keep self's value; a mean of ints rounds toward negative infinity."""
+    reduces = ("sum", "prod", "mean", "amax", "amin")
+    if reduce not in reduces:
+      raise ValueError(f"scatter_reduce reduce must be one of {', '.join(reduces)}, got {reduce!r}")
+    if reduce == "amin":
+      if not isinstance(src, TensorBase): src = type(self).full(index.shape, src, dtype=self.dtype, device=self.device)
+      flipped = self._inverse_for_order().scatter_reduce(dim, index, src.cast(self.dtype)._inverse_for_order(), "amax",
+                                                         include_self)
+      return flipped._inverse_for_order()
+    gather_op = {"prod": Ops.MUL, "amax": Ops.MAX}.get(reduce, Ops.ADD)
+    part, hit, count = self._scattered(dim, index, src, gather_op)
+    if include_self:
+      if reduce == "amax": part = part.maximum(self)
+      elif reduce == "prod": part = part * self
+      else: part, count = part + self, count + 1
+    if reduce == "mean":
+      divisor = count.maximum(1).cast(self.dtype)
+      part = part.div(divisor, rounding_mode="floor") if dtypes.is_int(self.dtype) else part / divisor
     return hit.where(part, self)
 
   def unfold(self, dim: int, size: int, step: int):
@@ -410,6 +442,32 @@ class Movement:
       out = out.shrink(tuple((cut, size) if d == dim else None for d in range(out.ndim))).cat(
         out.shrink(tuple((0, cut) if d == dim else None for d in range(out.ndim))), dim=dim)
     return out
+
+  def rearrange(self, formula: str, **sizes: int):
+    """einops-style axis shuffling: `x.rearrange("b c (h w) -> b h w c", h=4)` (`scheduler/tensor/rearrange.py`)."""
+    split, order, joined = formulas.plan(formula, tuple(self.shape), sizes)
+    return self.reshape(split).permute(order).reshape(joined)
+
+  def meshgrid(self, *others, indexing: str = "ij"):
+    """Coordinate grids of 1-D tensors: grid k holds tensor k laid along axis k and expanded over the others;
+    "xy" indexing swaps the first two axes (numpy's default)."""
+    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+    tensors = [t.flatten() for t in (self, *others)]
+    axes = list(range(len(tensors)))
+    if indexing == "xy" and len(axes) > 1: axes[0], axes[1] = 1, 0
+    shape = [0] * len(tensors)
+    for t, axis in zip(tensors, axes): shape[axis] = t.shape[0]
+    return tuple(t.reshape(tuple(shape[a] if a == axis else 1 for a in range(len(shape)))).expand(tuple(shape))
+                 for t, axis in zip(tensors, axes))
+
+  def masked_select(self, mask):
+    """The elements where `mask` (broadcast with self) is true, as a 1-D tensor; the mask is realized to know how
+    many there are."""
+    shape = broadcast_shape(self.shape, mask.shape)
+    picked = np.flatnonzero(mask._broadcast_to(shape).numpy())
+    flat = self._broadcast_to(shape).flatten()
+    if picked.size == 0: return flat.shrink(((0, 0),))
+    return flat[type(self)(picked.astype(np.int32), device=self.device, requires_grad=False)]
 
   def repeat_interleave(self, repeats: int, dim=None):
     """Each element `repeats` times in a row along `dim` (the flattened tensor when None)."""

@@ -88,6 +88,9 @@ class Reduce:
   def std_mean(self, axis=None, keepdim=False, correction=1):
     return self.std(axis=axis, keepdim=keepdim, correction=correction), self.mean(axis=axis, keepdim=keepdim)
 
+  def var_mean(self, axis=None, keepdim=False, correction=1):
+    return self.var(axis=axis, keepdim=keepdim, correction=correction), self.mean(axis=axis, keepdim=keepdim)
+
   # ***** softmax family *****
 
   def _shifted_exp(self, axis, dtype=None):
@@ -150,6 +153,10 @@ class Reduce:
     window = tuple((0, k) if d == dim else None for d in range(self.ndim))
     return values.shrink(window), indices.shrink(window)
 
+  def argsort(self, dim: int = -1, descending: bool = False):
+    """The indices that sort the tensor along `dim` (stable: equal values keep their order)."""
+    return self.sort(dim, descending)[1]
+
   def argmin(self, axis=None, keepdim=False):
     return self._inverse_for_order().argmax(axis=axis, keepdim=keepdim)
 
@@ -163,15 +170,18 @@ class Reduce:
     """Cumulative op along one axis: output k reduces a window that ends at input k, over the input padded
     in front with n - 1 identities (with _include_initial: n identities, and the last input dropped)."""
     n = self.shape[axis]
-    if n == 0 or op not in (Ops.ADD, Ops.MAX): raise ValueError(f"cannot cumulate {op} over an empty axis")
+    if n == 0 or op not in (Ops.ADD, Ops.MUL, Ops.MAX): raise ValueError(f"cannot cumulate {op} over an empty axis")
     front, back = (n, -1) if _include_initial else (n - 1, 0)
     last_axis = self.transpose(axis, -1)
     windows = last_axis.pad((front, back), value=identity_element(op, self.dtype))._pool((n,))
-    reduced = windows.max(-1) if op is Ops.MAX else windows.sum(-1)
+    reduced = windows.max(-1) if op is Ops.MAX else windows.prod(-1) if op is Ops.MUL else windows.sum(-1)
     return reduced.transpose(axis, -1)
 
   def cummax(self, axis: int = 0): return self._split_cumalu(axis=axis, op=Ops.MAX)
+  def cummin(self, axis: int = 0):
+    return self._inverse_for_order()._split_cumalu(axis=axis, op=Ops.MAX)._inverse_for_order()
   def cumsum(self, axis: int = 0): return self._split_cumalu(axis=axis, op=Ops.ADD)
+  def cumprod(self, axis: int = 0): return self._split_cumalu(axis=axis, op=Ops.MUL)
 
   def logcumsumexp(self, axis: int = 0):
     """log of the running sum of e^x along `axis`: element i is the logsumexp of elements 0..i, each shifted by its
@@ -203,7 +213,8 @@ class Reduce:
     totals = within[..., CUMULATIVE_BLOCK - 1]._cumalu(-1, op, _include_initial=True)   # what each block starts from
     carried = totals.reshape(*totals.shape, 1).expand(*totals.shape, CUMULATIVE_BLOCK)
     parts = [t.flatten(start_dim=-2)[..., padded - n:].transpose(dim, -1) for t in (within, carried)]
-    return parts[0] + parts[1] if op is Ops.ADD else parts[0].maximum(parts[1])
+    if op is Ops.MAX: return parts[0].maximum(parts[1])
+    return parts[0] * parts[1] if op is Ops.MUL else parts[0] + parts[1]
 
   # ***** sliding windows *****
 

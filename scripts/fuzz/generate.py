@@ -28,7 +28,7 @@ FAMILIES = {
   "reduction": "sum prod mean max min over any axes, keepdim; argmax",
   "movement": "reshape permute expand pad (constant, reflect, replicate, circular, negative) shrink flip cat stack, "
               "chains",
-  "scan": "cumsum, cummax along any axis (also beyond the 256-element block)",
+  "scan": "cumsum, cummax, cumprod, cummin along any axis (also beyond the 256-element block)",
   "gather/interpolate": "gather with an int index tensor; interpolate nearest, nearest-exact, linear (align_corners)",
   "power": "x ** c for c in 2, 3, 5, 0.5, 1.5, 2.5, 0, -0.5, -1, -2",
   "einsum": "contractions, outer products, sums and transposes of one or two operands",
@@ -512,7 +512,7 @@ class Builder:
     return self.emit(v, f"(t{x.name} ** {exponent!r})", f"ref.power(n{x.name}, {exponent!r}, {x.dtype!r})", "pow")
 
   def scan(self, x: Value) -> Value:
-    """cumsum or cummax along one axis (long axes cross the compiler's block size of 256)."""
+    """cumsum, cumprod, cummax or cummin along one axis (long axes cross the compiler's block size of 256)."""
     c = self.c
     axis = c.integer(-len(x.shape), len(x.shape) - 1)
     length = x.shape[axis]
@@ -520,12 +520,19 @@ class Builder:
                                      and x.bound * length < 2 ** 31)
     op = "cumsum" if sums and (x.nan or c.boolean(0.6)) else "cummax"
     if op == "cummax" and (x.nan or x.dtype == "bool"): return self.unary(x) if ref.is_float(x.dtype) else self.cast(x)
-    bound = None if x.bound is None else (x.bound * length if op == "cumsum" else x.bound)
+    if op == "cummax" and c.boolean(0.5): op = "cummin"
+    # a product stays in range while its factors are at most 1 in magnitude, or while there are few of them
+    products = x.bound is not None and (x.bound <= 1 or (length <= 8 and x.bound ** length < 2 ** 31))
+    if op == "cumsum" and products and x.dtype != "float16" and c.boolean(0.3): op = "cumprod"
+    if op == "cumsum": bound = None if x.bound is None else x.bound * length
+    else: bound = None if x.bound is None else (max(x.bound, 1.0) ** length if op == "cumprod" else x.bound)
     v = self.new(x.shape, x.dtype, bound, nan=x.nan or (op == "cumsum" and bound is None and ref.is_float(x.dtype)),
-                 terms=x.terms * (length if op == "cumsum" else 1))
-    if op != "cumsum": numpy = f"np.maximum.accumulate(n{x.name}, axis={axis})"
-    elif ref.is_float(x.dtype): numpy = f"ref.cast(np.cumsum(ref.cast(n{x.name}, 'float64'), axis={axis}), {x.dtype!r})"
-    else: numpy = f"np.cumsum(n{x.name}, axis={axis}).astype({x.dtype!r})"
+                 terms=x.terms * (length if op in ("cumsum", "cumprod") else 1))
+    if op in ("cummax", "cummin"):
+      numpy = f"np.{op[3:]}imum.accumulate(n{x.name}, axis={axis})"
+    elif ref.is_float(x.dtype):
+      numpy = f"ref.cast(np.{op}(ref.cast(n{x.name}, 'float64'), axis={axis}), {x.dtype!r})"
+    else: numpy = f"np.{op}(n{x.name}, axis={axis}).astype({x.dtype!r})"
     return self.emit(v, f"t{x.name}.{op}({axis})", numpy, op)
 
   def gather(self, x: Value) -> Value:
