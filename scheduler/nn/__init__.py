@@ -1,4 +1,5 @@
-"""Neural-network layers with tinygrad's names: Linear, Conv2d, BatchNorm (BatchNorm2d), LayerNorm, Embedding.
+"""Neural-network layers with tinygrad's names: Linear, Conv1d/Conv2d, ConvTranspose1d/ConvTranspose2d, BatchNorm
+(BatchNorm1d/2d/3d), LayerNorm, LayerNorm2d, GroupNorm, InstanceNorm, RMSNorm, Embedding, LSTMCell.
 
 Each layer is a plain object holding its parameters as Tensors and computing its output when called;
 `nn.state` finds the parameters by attribute path. `nn.optim` holds the optimizers.
@@ -12,11 +13,14 @@ from scheduler.helpers import make_tuple
 from scheduler.nn import optim, state  # noqa: F401
 
 
-def _weight_and_bias(weight_shape: tuple, with_bias: bool, fan_in: int) -> tuple[Tensor, Optional[Tensor]]:
-  """Both drawn from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), weight first; the bias has weight_shape[0] entries."""
+def _weight_and_bias(weight_shape: tuple, with_bias: bool, fan_in: int,
+                     outputs: Optional[int] = None) -> tuple[Tensor, Optional[Tensor]]:
+  """Both drawn from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), weight first; the bias has `outputs` entries (by default
+  weight_shape[0])."""
   limit = 1.0 / math.sqrt(fan_in)
   weight = Tensor.uniform(*weight_shape, low=-limit, high=limit)
-  return weight, (Tensor.uniform(weight_shape[0], low=-limit, high=limit) if with_bias else None)
+  outputs = weight_shape[0] if outputs is None else outputs
+  return weight, (Tensor.uniform(outputs, low=-limit, high=limit) if with_bias else None)
 
 
 def _affine(shape: tuple, enabled: bool) -> tuple[Optional[Tensor], Optional[Tensor]]:
@@ -32,18 +36,54 @@ class Linear:
   def __call__(self, x: Tensor) -> Tensor: return x.linear(self.weight.transpose(), self.bias)
 
 
+def _kernel(kernel_size, dims: int) -> tuple:
+  """An int is that size along each of `dims` axes; a tuple gives the axes (Conv2d((3,)) is a 1-D convolution)."""
+  return tuple(kernel_size) if isinstance(kernel_size, (tuple, list)) else make_tuple(kernel_size, dims)
+
+
 class Conv2d:
-  """2-D convolution; weight of shape (out_channels, in_channels // groups, kh, kw)."""
+  """Convolution over the kernel's axes (2 for an int kernel_size); weight of shape
+  (out_channels, in_channels // groups, *kernel_size)."""
   def __call__(self, x: Tensor) -> Tensor:
     return x.conv2d(self.weight, self.bias, groups=self.groups, stride=self.stride, dilation=self.dilation,
                     padding=self.padding)
 
   def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                bias=True):
-    kh, kw = self.kernel_size = make_tuple(kernel_size, 2)
+    self.kernel_size = _kernel(kernel_size, 2)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
     per_group = in_channels // groups
-    self.weight, self.bias = _weight_and_bias((out_channels, per_group, kh, kw), bias, fan_in=per_group * kh * kw)
+    self.weight, self.bias = _weight_and_bias((out_channels, per_group, *self.kernel_size), bias,
+                                              fan_in=per_group * math.prod(self.kernel_size))
+
+
+def Conv1d(in_channels: int, out_channels: int, kernel_size: int, stride=1, padding=0, dilation=1, groups=1,
+           bias=True) -> Conv2d:
+  """A convolution over one axis: inputs (batch, channels, length)."""
+  return Conv2d(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
+
+
+class ConvTranspose2d(Conv2d):
+  """The transpose of a convolution (the gradient of Conv2d with respect to its input); weight of shape
+  (in_channels, out_channels // groups, *kernel_size)."""
+  def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
+               dilation=1, groups=1, bias=True):
+    self.kernel_size = _kernel(kernel_size, 2)
+    self.stride, self.padding, self.output_padding = stride, padding, output_padding
+    self.dilation, self.groups = dilation, groups
+    per_group = out_channels // groups
+    self.weight, self.bias = _weight_and_bias((in_channels, per_group, *self.kernel_size), bias,
+                                              fan_in=per_group * math.prod(self.kernel_size), outputs=out_channels)
+
+  def __call__(self, x: Tensor) -> Tensor:
+    return x.conv_transpose2d(self.weight, self.bias, groups=self.groups, stride=self.stride, dilation=self.dilation,
+                              padding=self.padding, output_padding=self.output_padding)
+
+
+def ConvTranspose1d(in_channels: int, out_channels: int, kernel_size: int, stride=1, padding=0, output_padding=0,
+                    dilation=1, groups=1, bias=True) -> ConvTranspose2d:
+  return ConvTranspose2d(in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups,
+                         bias)
 
 
 class BatchNorm:
@@ -78,7 +118,7 @@ class BatchNorm:
     return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
 
 
-BatchNorm2d = BatchNorm
+BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
 
 
 class LayerNorm:
@@ -96,6 +136,75 @@ class LayerNorm:
     normed = x.layernorm(axis=self.axis, eps=self.eps)
     if self.weight is None: return normed
     return normed * self.weight + self.bias
+
+
+class LayerNorm2d(LayerNorm):
+  """LayerNorm over the channel axis of (batch, channels, height, width)."""
+  def __call__(self, x: Tensor) -> Tensor: return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def _per_channel(t: Tensor, x: Tensor) -> Tensor:
+  """A (channels,) tensor shaped to broadcast along axis 1 of x."""
+  return t.reshape(1, -1, *([1] * (x.ndim - 2)))
+
+
+class GroupNorm:
+  """Normalizes each group of num_channels // num_groups channels of each sample (over the group's channels and all
+  spatial positions), then scales and shifts per channel (when affine)."""
+  def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+    if num_channels % num_groups:
+      raise ValueError(f"GroupNorm: {num_channels} channels do not split into {num_groups} groups")
+    self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+    self.weight, self.bias = _affine((num_channels,), affine)
+
+  def __call__(self, x: Tensor) -> Tensor:
+    if x.ndim < 2 or x.shape[1] != self.num_channels:
+      raise ValueError(f"GroupNorm expects {self.num_channels} channels on axis 1, got shape {x.shape}")
+    normed = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
+    if self.weight is None: return normed
+    return normed * _per_channel(self.weight, x) + _per_channel(self.bias, x)
+
+
+class InstanceNorm(GroupNorm):
+  """GroupNorm with one group per channel: each channel of each sample normalized over its spatial positions."""
+  def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
+    super().__init__(num_features, num_features, eps, affine)
+
+
+class RMSNorm:
+  """x / sqrt(mean(x^2 over the last axis) + eps), computed in float32 and cast back, times weight (when affine)."""
+  def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True):
+    self.eps = eps
+    self.weight = Tensor.ones(dim) if elementwise_affine else None
+
+  def _norm(self, x: Tensor) -> Tensor: return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt()
+
+  def __call__(self, x: Tensor) -> Tensor:
+    normed = self._norm(x.float()).cast(x.dtype)
+    return normed if self.weight is None else normed * self.weight
+
+
+class LSTMCell:
+  """One step of an LSTM: gates i, f, g, o (in torch's order) from x @ weight_ih.T + h @ weight_hh.T (+ biases);
+  c' = f * c + i * g, h' = o * tanh(c'). Called with (h, c) or None for zeros; returns (h', c')."""
+  def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
+    limit = 1.0 / math.sqrt(hidden_size)
+    self.hidden_size = hidden_size
+    self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-limit, high=limit)
+    self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-limit, high=limit)
+    self.bias_ih, self.bias_hh = ((Tensor.zeros(hidden_size * 4), Tensor.zeros(hidden_size * 4)) if bias
+                                  else (None, None))
+
+  def __call__(self, x: Tensor, hc: Optional[tuple[Tensor, Tensor]] = None) -> tuple[Tensor, Tensor]:
+    if hc is None:
+      zeros = Tensor.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device, requires_grad=False)
+      hc = (zeros, zeros)
+    h, c = hc
+    gates = x.linear(self.weight_ih.T, self.bias_ih) + h.linear(self.weight_hh.T, self.bias_hh)
+    i, f, g, o = gates.chunk(4, dim=1)
+    new_c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    new_h = o.sigmoid() * new_c.tanh()
+    return new_h.contiguous(), new_c.contiguous()
 
 
 class Embedding:

@@ -1,11 +1,13 @@
 """Optimizers that update parameters in place with `assign`: SGD (momentum, nesterov, weight decay),
-Adam and AdamW. `step()` realizes the updated parameters and the optimizer's state in one schedule.
+Adam, AdamW and LAMB. `step()` realizes the updated parameters and the optimizer's state in one schedule.
 
 Update rules (g the gradient, lr the learning rate, t the step count):
 - SGD: g += wd * w; with momentum b = mu * b + g and g = b (nesterov: g = g + mu * b); w -= lr * g.
 - AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
   w -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * w).
   Adam is AdamW without weight decay.
+- LAMB: AdamW's step u = m_hat / (sqrt(v_hat) + eps) + wd * w scaled by the trust ratio ||w|| / ||u|| (1 when
+  either norm is 0): w -= lr * ||w|| / ||u|| * u.
 """
 from __future__ import annotations
 from scheduler.tensor import Tensor
@@ -77,6 +79,8 @@ class SGD(Optimizer):
 
 class AdamW(Optimizer):
   """Adam with decoupled weight decay; Adam is AdamW with weight_decay=0."""
+  trust_ratio = False   # LAMB's layer-wise scaling of the step
+
   def __init__(self, params: list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01):
     self.wd, self.eps, self.b1, self.b2 = weight_decay, eps, b1, b2
     Optimizer.__init__(self, params, lr)
@@ -94,9 +98,21 @@ class AdamW(Optimizer):
       v.assign(self.b2 * v + (1.0 - self.b2) * (g * g))
       m_hat, v_hat = m / (1.0 - self.b1_t), v / (1.0 - self.b2_t)
       direction = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w.detach()
+      if self.trust_ratio:
+        weight_norm, step_norm = w.detach().square().sum().sqrt(), direction.square().sum().sqrt()
+        both = (weight_norm > 0) & (step_norm > 0)
+        direction = direction * both.where(weight_norm / step_norm, 1.0)
       w.assign((w.detach() - self.lr * direction).cast(w.dtype))
     return [self.b1_t, self.b2_t, *self.m, *self.v]
 
 
 def Adam(params: list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8) -> AdamW:
   return AdamW(params, lr, b1, b2, eps, weight_decay=0.0)
+
+
+class LAMB(AdamW):
+  """AdamW whose step is scaled per parameter by ||w|| / ||step|| (You et al., 2019)."""
+  trust_ratio = True
+
+  def __init__(self, params: list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0):
+    super().__init__(params, lr, b1, b2, eps, weight_decay)
