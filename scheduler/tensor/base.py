@@ -284,13 +284,14 @@ class TensorBase:
 
   def numpy(self) -> np.ndarray:
     if 0 in self.shape: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
-    if (whole := self._whole_realized_buffer()) is not None: return whole.numpy().reshape(self.shape)
+    if (whole := self._whole_realized_buffer()) is not None: return whole.ensure_allocated().numpy().reshape(self.shape)
     readable = self if self.device in ("CPU", "PYTHON", "NPY") else self.to(Device.DEFAULT)
     done = readable.cast(self.dtype.base).contiguous().realize()
     if (buffer := done.lazydata.base.buffer).pending_write:
       raise RuntimeError("this tensor is computed by a schedule that has not run yet: run it first (run_schedule), or "
                          "use realize() instead of schedule()")
-    return buffer.numpy().reshape(self.shape)
+    # Tensor.empty's buffer gets memory when first read: its contents are whatever that memory holds
+    return buffer.ensure_allocated().numpy().reshape(self.shape)
 
   def _whole_realized_buffer(self):
     """The Buffer this tensor already is, all of it in order on a host device, or None. Reading it needs no

@@ -140,9 +140,17 @@ class Creation:
     return out.contiguous()
 
   @classmethod
-  def rand_like(cls, t, **kwargs):
-    options = {"device": t.device, "dtype": t.dtype, **kwargs}
-    return cls.rand(*t.shape, **options)
+  def randperm(cls, n: int, device=None, dtype=dtypes.int32, **kwargs):
+    """A random permutation of 0..n-1: the order that sorts n uniform draws (the sort compares n^2 pairs)."""
+    return cls.rand(n, device=device).argsort().cast(to_dtype(dtype)).requires_grad_(kwargs.get("requires_grad"))
+
+  def rand_like(self, **kwargs):
+    """Uniform numbers in [0, 1) of this tensor's shape, device and dtype (`Tensor.rand_like(t)` works as well)."""
+    return type(self).rand(*self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
+
+  def randn_like(self, **kwargs):
+    """Standard normal numbers of this tensor's shape, device and dtype."""
+    return type(self).randn(*self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
 
   @classmethod
   def randn(cls, *shape, dtype=None, requires_grad: Optional[bool] = None, **kwargs):

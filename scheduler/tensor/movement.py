@@ -488,8 +488,11 @@ class Movement:
     axis = self._resolve_dim(dim, extra=True)
     return self._with_axes(axis, axis, (1,))
 
-  def squeeze(self, dim: Optional[int] = None):
-    """Drop axis `dim` if it has extent 1 (all extent-1 axes when dim is None)."""
+  def squeeze(self, dim: Optional[int | tuple] = None):
+    """Drop axis `dim` (each axis of a tuple) if it has extent 1 (all extent-1 axes when dim is None)."""
+    if isinstance(dim, (tuple, list)):
+      axes = {self._resolve_dim(d) for d in dim}
+      return self.reshape(tuple(n for a, n in enumerate(self.shape) if not (a in axes and n == 1)))
     if dim is not None:
       axis = self._resolve_dim(dim)
       return self._with_axes(axis, axis + 1, ()) if self.ndim and self.shape[axis] == 1 else self

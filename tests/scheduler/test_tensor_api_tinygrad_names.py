@@ -178,3 +178,32 @@ def test_rearrange_joins_the_axes_of_an_ellipsis_on_the_right():
   same(Tensor(a).rearrange("b ... w -> w (...) b"), a.transpose(3, 1, 2, 0).reshape(5, 12, 2))
   with pytest.raises(ValueError, match="cannot be inside parentheses on the left"):
     Tensor(a).rearrange("b (...) -> b ...")
+
+
+def test_squeeze_of_a_tuple_of_axes_drops_those_of_extent_one():
+  x = np.zeros((1, 3, 1, 2), np.float32)
+  assert Tensor(x).squeeze((0, 2)).shape == (3, 2)
+  assert Tensor(x).squeeze((0, 1)).shape == (3, 1, 2)   # axis 1 has 3 elements: kept, as torch
+  assert Tensor(x).squeeze((-2,)).shape == (1, 3, 2)
+
+
+def test_rand_like_and_randn_like_are_methods_and_keep_shape_device_and_dtype():
+  x = Tensor.zeros(3, 4, dtype=dtypes.float16)
+  for like in (x.rand_like(), Tensor.rand_like(x), x.randn_like()):
+    assert like.shape == (3, 4) and like.dtype == dtypes.float16 and like.device == x.device
+  draws = Tensor.zeros(2000).rand_like().numpy()
+  assert 0 <= draws.min() and draws.max() < 1 and abs(draws.mean() - 0.5) < 0.05
+  normal = Tensor.zeros(4000).randn_like().numpy()
+  assert abs(normal.mean()) < 0.1 and abs(normal.std() - 1) < 0.1
+
+
+def test_an_empty_tensor_can_be_read():
+  got = Tensor.empty(2, 3, dtype=dtypes.int32).numpy()
+  assert got.shape == (2, 3) and got.dtype == np.int32
+
+
+def test_randperm_is_a_permutation():
+  Tensor.manual_seed(3)
+  perm = Tensor.randperm(50).numpy()
+  assert perm.dtype == np.int32 and sorted(perm.tolist()) == list(range(50)) and perm.tolist() != list(range(50))
+  assert Tensor.randperm(5, dtype=dtypes.int64).dtype == dtypes.int64
