@@ -244,9 +244,10 @@ class Movement:
     is_index = index.to(self.device).unsqueeze(-1)._one_hot_along_dim(self.shape[dim])
     return is_index.where(candidates, 0).sum(-1, dtype=self.dtype)
 
-  def _scattered(self, dim: int, index, src, gather_op: Ops):
+  def _scattered(self, dim: int, index, src, gather_op: Ops, counted: bool = False):
     """(part, hit, count) in self's shape: what `src` sends to each position of self along `dim` through `index`,
-    reduced with `gather_op` (ADD, MUL or MAX), whether anything landed there, and how many elements did."""
+    reduced with `gather_op` (ADD, MUL or MAX), whether anything landed there, and (when `counted`, else None) how
+    many elements did."""
     if index.ndim != self.ndim: raise ValueError(f"index has {index.ndim} axes, self has {self.ndim}")
     dim = self._resolve_dim(dim)
     if not isinstance(src, TensorBase): src = type(self).full(index.shape, src, dtype=self.dtype, device=self.device)
@@ -260,12 +261,11 @@ class Movement:
     if gather_op is Ops.MAX: part = lands.where(moved, dtypes.min(self.dtype)).max(dim)
     elif gather_op is Ops.MUL: part = lands.where(moved, 1).prod(dim)
     else: part = lands.where(moved, 0).sum(dim, dtype=self.dtype)
-    count = lands.sum(dim, dtype=dtypes.int32)
+    per_target = [part, lands.any(dim)] + ([lands.sum(dim, dtype=dtypes.int32)] if counted else [])
     # the targets (last axis) back in place of `dim`, then padded to self's extent where index is smaller
-    placed = [x.unsqueeze(dim).transpose(dim, -1).squeeze(-1) for x in (part, count)]
     padding = tuple((0, s - (n if d == dim else i)) for d, (i, s) in enumerate(zip(index.shape, self.shape)))
-    part, count = (x.pad(padding) for x in placed)
-    return part, count > 0, count
+    placed = [x.unsqueeze(dim).transpose(dim, -1).squeeze(-1).pad(padding) for x in per_target]
+    return placed[0], placed[1], (placed[2] if counted else None)
 
   def scatter(self, dim: int, index, src, reduce: Optional[str] = None):
     """self with out[..., index[i], ...] = src[..., i, ...] along `dim` (torch's scatter); reduce="add" or
@@ -290,13 +290,13 @@ class Movement:
                                                          include_self)
       return flipped._inverse_for_order()
     gather_op = {"prod": Ops.MUL, "amax": Ops.MAX}.get(reduce, Ops.ADD)
-    part, hit, count = self._scattered(dim, index, src, gather_op)
+    part, hit, count = self._scattered(dim, index, src, gather_op, counted=reduce == "mean")
     if include_self:
       if reduce == "amax": part = part.maximum(self)
       elif reduce == "prod": part = part * self
-      else: part, count = part + self, count + 1
+      else: part = part + self
     if reduce == "mean":
-      divisor = count.maximum(1).cast(self.dtype)
+      divisor = (count + 1 if include_self else count.maximum(1)).cast(self.dtype)
       part = part.div(divisor, rounding_mode="floor") if dtypes.is_int(self.dtype) else part / divisor
     return hit.where(part, self)
 
