@@ -57,7 +57,7 @@ class Value:
   # the magnitude whose rounding error this value carries (sin of a large argument: the argument)
   scale: float = 1.0
   rtol: float = 0.0           # the coarsest relative precision of any dtype it was computed in (float16, then cast up)
-  zero_constant: bool = False # may derive from a constant 0 (zeros, full(0)): the compiler folds 0 * x to 0 (rule S13)
+  zero_constant: bool = False # may derive from a constant 0 (zeros, full(0), a 0-d special): 0 * x folds to 0 (S13)
   zero_sign: bool = False     # the sign of its zeros is not defined: a sum of -0.0 terms may start from +0.0
 
 
@@ -115,6 +115,8 @@ class Builder:
     elif dtype == "bool": bound = 1.0
     else: bound = float(max(abs(x) for x in ref.int_range(dtype))) if kind == "special" else 9.0
     v = self.new(shape, dtype, bound, nan=kind == "special" and ref.is_float(dtype))
+    if kind == "special" and shape == ():   # a constant in the graph: 0, or +-inf whose reciprocal is 0, folds x * 0
+      v = self.values[-1] = replace(v, zero_constant=True)
     data = f"ref.data({shape!r}, {dtype!r}, seed={self.seed}, kind={kind!r})"
     grad = ", requires_grad=True" if requires_grad else ""
     return self.emit(v, f"Tensor({data}, dtype=dtypes.{dtype}, device=DEV{grad})", data, "Tensor")
@@ -237,7 +239,8 @@ class Builder:
     else: ops += ["where", "xor"]
     op = c.choice(ops)
     if op in ("maximum", "minimum") and (x.nan or (y is not None and y.nan)): op = "add"
-    if op in ("mul", "div") and x.zero_constant: op = "add"   # a constant 0 times NaN or inf is folded to 0 (S13)
+    # a constant 0 times NaN or inf is folded to 0 (S13), and x / c is x * (1 / c)
+    if op in ("mul", "div") and (x.zero_constant or (y is not None and y.zero_constant)): op = "add"
     if out_base == "bool" and op in ("add", "sub"): op = "xor"   # bool + and - are logic ops (or, xor), not numpy's
     rhs = repr(value) if scalar else f"t{y.name}"
     nrhs = f"ref.cast(np.array({value!r}), {out_base!r})" if scalar else f"n{y.name}"

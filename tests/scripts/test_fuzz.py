@@ -116,3 +116,14 @@ def test_the_reference_interpolates_infinities_as_the_compiler_does(device):
     got = Tensor(x, device=device).interpolate(size, mode="linear").numpy()
     with np.errstate(invalid="ignore"): expected = ref.interpolate(x, size, "linear", False)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES_HERE)
+def test_the_reference_computes_cos_as_the_compiler_does(device):
+  # cos(x) is sin(pi/2 - x) in x's dtype: at 8.5e37 that is sin(-8.5e37), not cos(8.5e37) (seed 91 took its log)
+  from scheduler import Tensor
+  for dtype in ("float32", "float16", "float64"):
+    x = np.array([0.0, -0.0, 0.33, 3.0, 1e4, 8.5e37 if dtype != "float16" else 6e4, np.inf, np.nan]).astype(dtype)
+    got = Tensor(x, device=device).cos().numpy()
+    np.testing.assert_allclose(got.astype(np.float64), ref.unary("cos", x, dtype).astype(np.float64), rtol=1e-3,
+                               atol=1e-3)
