@@ -4,6 +4,7 @@ Made by `scripts/fuzz/generate.py`, run by `scripts/fuzz/run.py`. A program is t
 is exactly what a failure prints: `source()` is a standalone pytest file that reproduces it.
 """
 from __future__ import annotations
+import math
 from dataclasses import dataclass, field
 
 
@@ -18,6 +19,11 @@ class Check:
   rtol: float = None
   across_devices: bool = False
   scaled: bool = False          # atol relative to the largest |expected| (finite differences)
+
+
+def _literal(value) -> str:
+  """A number as Python source that runs on its own (repr(inf) is `inf`, a name no test file defines)."""
+  return f"float({str(value)!r})" if isinstance(value, float) and not math.isfinite(value) else repr(value)
 
 
 @dataclass
@@ -40,7 +46,8 @@ class Program:
     """A standalone pytest file: the program on each device, checked against numpy."""
     body = "\n".join(f"  {line}" for line in self.tensor_lines)
     expected = "\n".join(f"  {line}" for line in self.numpy_lines)
-    checks = "\n".join(f"  ref.assert_close({c.tensor}, {c.expected}, {c.dtype!r}, atol={c.atol!r}, rtol={c.rtol!r}"
+    checks = "\n".join(f"  ref.assert_close({c.tensor}, {c.expected}, {c.dtype!r}, atol={_literal(c.atol)}, "
+                       f"rtol={_literal(c.rtol)}"
                        + (", scaled=True)" if c.scaled else ")")
                        for c in self.checks if not c.across_devices)
     return (f'"""A generated program ({self.family}) that the compiler gets wrong."""\n'

@@ -127,3 +127,14 @@ def test_the_reference_computes_cos_as_the_compiler_does(device):
     got = Tensor(x, device=device).cos().numpy()
     np.testing.assert_allclose(got.astype(np.float64), ref.unary("cos", x, dtype).astype(np.float64), rtol=1e-3,
                                atol=1e-3)
+
+
+def test_a_printed_program_with_an_infinite_tolerance_runs_on_its_own():
+  from scripts.fuzz.program import Check, Program
+  program = Program("values", ["t0 = Tensor([1.0], device=DEV)"], ["n0 = np.array([1.0], dtype='float32')"],
+                    [Check("t0", "n0", "float32", atol=float("inf"), rtol=0.0002)])
+  source = program.source("test_generated")
+  assert "atol=float('inf')" in source
+  scope: dict = {}
+  exec(compile(source, "generated.py", "exec"), scope)
+  scope["test_generated"]("PYTHON")
