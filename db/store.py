@@ -231,6 +231,7 @@ class Store:
     self._candidates: dict[tuple, bytes] = {}                  # role -> the start of its last payload stored whole
     self._whole_ratios: dict[tuple, float] = {}                # role -> how its last payload compressed alone
     self._dictionaries: dict[str, bytes] = {}                  # bases read lately
+    self._present_bases: set[str] = set()                      # bases seen in the database in the open transaction
     if self._version() != SCHEMA_VERSION: self._migrate()
 
   @property
@@ -286,6 +287,7 @@ class Store:
     def __init__(self, store: "Store"): self.store, self.conn = store, store.conn
 
     def __enter__(self):
+      self.store._present_bases.clear()
       try: self.conn.execute("BEGIN IMMEDIATE")
       except sqlite3.OperationalError as e: raise self.store.write_error(e) from e
 
@@ -327,9 +329,10 @@ class Store:
       return sha
     role = (*role, len(data).bit_length())   # payloads of a size alike are likelier alike
     current = self._pending_bases.get(role) or self._bases.get(role)
-    if current is not None and not self.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ? AND base IS NULL",
-                                                     (current[0],)).fetchone():
-      current = None   # `replay prune` removed it since
+    if current is not None and current[0] not in self._present_bases:
+      if self.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ? AND base IS NULL", (current[0],)).fetchone():
+        self._present_bases.add(current[0])   # nobody else writes until this transaction ends
+      else: current = None   # `replay prune` removed it since
     whole: Optional[bytes] = None
     def worth_it(packed: bytes) -> bool:
       nonlocal whole
