@@ -290,10 +290,40 @@ class Reduce:
                                               ceil_mode=ceil_mode, ceil_value=0.0)
     return windows.sum(axis=axes) / counted.sum(axis=axes)
 
-  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False):
+  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
+    """The maximum of each window; with return_indices also where it is (the first one of a window), as a position
+    in the flattened pooled axes of the input (torch's indices, which max_unpool2d takes)."""
     windows, axes = self._windows_of(kernel_size, stride, dilation, padding, value=dtypes.min(self.dtype),
                                      ceil_mode=ceil_mode)
-    return windows.max(axes)
+    pooled = windows.max(axes)
+    if not return_indices: return pooled
+    spatial = self.shape[len(self.shape) - len(axes):]
+    positions = type(self).arange(prod(spatial), dtype=dtypes.int32, device=self.device, requires_grad=False)
+    positions = positions.reshape(spatial).expand(self.shape)
+    places, _ = positions._windows_of(kernel_size, stride, dilation, padding, value=-1, ceil_mode=ceil_mode)
+    flat_windows, flat_places = windows.flatten(-len(axes)), places.flatten(-len(axes))
+    first = flat_windows.argmax(-1, keepdim=True)
+    return pooled, flat_places.gather(-1, first).squeeze(-1)
+
+  def max_unpool2d(self, indices, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
+    """The inverse of max_pool2d with return_indices: zeros with each pooled value put back at its index. The
+    output's pooled axes are (n - 1) * stride - 2 * padding + dilation * (k - 1) + 1, or the last ones of
+    `output_size`."""
+    dims = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else 2
+    kernel = make_tuple(kernel_size, dims)
+    steps, gaps = make_tuple(kernel if stride is None else stride, dims), make_tuple(dilation, dims)
+    pads = self._resolve_pool_pads(padding, dims)
+    if indices.shape != self.shape:
+      raise ValueError(f"max_unpool2d indices of shape {indices.shape} do not match the input's {self.shape}")
+    lead, pooled = self.shape[:-dims], self.shape[-dims:]
+    if output_size is None:
+      out = tuple((n - 1) * step - pads[2 * (dims - 1 - a)] - pads[2 * (dims - 1 - a) + 1] + gap * (k - 1) + 1
+                  for a, (n, step, gap, k) in enumerate(zip(pooled, steps, gaps, kernel)))
+    else: out = tuple(output_size)[-dims:]
+    lands = indices.flatten(-dims).unsqueeze(-1)._one_hot_along_dim(prod(out))   # (..., pooled, targets)
+    # overlapping windows may pick one position twice: its value is put there once (a max of equal values)
+    placed = lands.where(self.flatten(-dims).unsqueeze(-1), dtypes.min(self.dtype)).max(-2)
+    return lands.any(-2).where(placed, 0).reshape(*lead, *out)
 
   def conv2d(self, weight, bias=None, groups=1, stride=1, dilation=1, padding=0, dtype=None):
     """Convolution as one reduce: input windows (bs, groups, cin, 1, *out, *k) times weights, summed over cin and k."""

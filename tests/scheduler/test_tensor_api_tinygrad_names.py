@@ -207,3 +207,33 @@ def test_randperm_is_a_permutation():
   perm = Tensor.randperm(50).numpy()
   assert perm.dtype == np.int32 and sorted(perm.tolist()) == list(range(50)) and perm.tolist() != list(range(50))
   assert Tensor.randperm(5, dtype=dtypes.int64).dtype == dtypes.int64
+
+
+def max_pool_by_loop(x, k, stride, padding):
+  """torch's max_pool2d with indices: each window's first maximum and its position in the flattened input plane."""
+  n, c, h, w = x.shape
+  padded = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=-np.inf)
+  oh, ow = (h + 2 * padding - k) // stride + 1, (w + 2 * padding - k) // stride + 1
+  values, indices = np.zeros((n, c, oh, ow), x.dtype), np.zeros((n, c, oh, ow), np.int32)
+  for b, ch, i, j in np.ndindex(n, c, oh, ow):
+    window = padded[b, ch, i * stride:i * stride + k, j * stride:j * stride + k]
+    di, dj = np.unravel_index(np.argmax(window), window.shape)
+    values[b, ch, i, j] = window[di, dj]
+    indices[b, ch, i, j] = (i * stride + di - padding) * w + (j * stride + dj - padding)
+  return values, indices
+
+
+@pytest.mark.parametrize("k, stride, padding", [(2, 2, 0), (3, 2, 1), (3, 1, 1)])
+def test_max_pool_indices_and_max_unpool_match_torchs_definition(k, stride, padding):
+  x = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
+  want_values, want_indices = max_pool_by_loop(x, k, stride, padding)
+  values, indices = Tensor(x).max_pool2d(k, stride=stride, padding=padding, return_indices=True)
+  same(values, want_values)
+  same(indices, want_indices)
+  unpooled = np.zeros((2, 3, 7 * 6), np.float32)
+  for b, ch in np.ndindex(2, 3):   # a position several windows picked holds the value once
+    unpooled[b, ch][want_indices[b, ch].reshape(-1)] = want_values[b, ch].reshape(-1)
+  got = values.max_unpool2d(indices, k, stride=stride, padding=padding, output_size=(2, 3, 7, 6))
+  same(got, unpooled.reshape(2, 3, 7, 6))
+  default = values.max_unpool2d(indices, k, stride=stride, padding=padding)
+  assert default.shape[-2:] == tuple((n - 1) * stride - 2 * padding + k for n in values.shape[-2:])
