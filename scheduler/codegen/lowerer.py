@@ -41,6 +41,12 @@ class Program:
 REDUCE_UNROLL = 4  # partial accumulators in the innermost reduce loop (a power of two)
 
 
+def exact_key(arg: Any) -> Any:
+  """An argument as a dict key that tells -0.0 from 0.0: they are equal and hash alike, but 1/-0.0 is -inf (one
+  instruction for both turned -0.0 + 0.0 into -0.0 + -0.0)."""
+  return (arg, math.copysign(1.0, arg)) if type(arg) is float and arg == 0 else arg
+
+
 class LoweringError(RuntimeError):
   """The AST has a form the lowerer does not know."""
 
@@ -64,7 +70,7 @@ class _Lowerer:
     the lanes of an upcast compute the same index expressions and loads many times over."""
     key = None
     if op in _PURE and not any(s in self.accumulators for s in src):
-      key = (op, dtype, src, arg)
+      key = (op, dtype, src, exact_key(arg))
       for level in reversed(self.computed):
         if (got := level.get(key)) is not None: return got
     self.instrs.append(Instr(op, dtype, src, arg))
@@ -79,7 +85,7 @@ class _Lowerer:
     return i
 
   def const(self, val, dtype: DType) -> int:
-    key = (val, dtype, type(val))
+    key = (exact_key(val), dtype, type(val))
     if key not in self.consts: self.consts[key] = self.emit(Ops.CONST, dtype, (), val)
     return self.consts[key]
 

@@ -531,12 +531,7 @@ class Builder:
     else: bound = None if x.bound is None else (max(x.bound, 1.0) ** length if op == "cumprod" else x.bound)
     v = self.new(x.shape, x.dtype, bound, nan=x.nan or (op == "cumsum" and bound is None and ref.is_float(x.dtype)),
                  terms=x.terms * (length if op in ("cumsum", "cumprod") else 1))
-    if op in ("cummax", "cummin"):
-      numpy = f"np.{op[3:]}imum.accumulate(n{x.name}, axis={axis})"
-    elif ref.is_float(x.dtype):
-      numpy = f"ref.cast(np.{op}(ref.cast(n{x.name}, 'float64'), axis={axis}), {x.dtype!r})"
-    else: numpy = f"np.{op}(n{x.name}, axis={axis}).astype({x.dtype!r})"
-    return self.emit(v, f"t{x.name}.{op}({axis})", numpy, op)
+    return self.emit(v, f"t{x.name}.{op}({axis})", f"ref.scan({op!r}, n{x.name}, {axis}, {x.dtype!r})", op)
 
   def gather(self, x: Value) -> Value:
     """x.gather(dim, index) with an int index tensor of x's rank (its extent along dim may differ)."""

@@ -203,6 +203,21 @@ def mean_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
     return np.asarray(total.astype(np.float64) / np.float64(count)).astype(out_dtype)
 
 
+def scan(op: str, x, axis: int, out_dtype: str) -> np.ndarray:
+  """cumsum, cumprod, cummax or cummin along `axis`. The reference pads each window with the op's identity by adding
+  a masked constant, so every float element goes through x + 0.0 first: a -0.0 comes out +0.0 (cummin works on -x,
+  so its zeros come out -0.0)."""
+  x = np.asarray(x)
+  with np.errstate(all="ignore"):
+    if op in ("cummax", "cummin"):
+      if x.dtype.kind == "f": x = x + x.dtype.type(0) if op == "cummax" else -(-x + x.dtype.type(0))
+      return (np.maximum if op == "cummax" else np.minimum).accumulate(x, axis=axis).astype(out_dtype)
+    if not is_float(out_dtype): return getattr(np, op)(x, axis=axis).astype(out_dtype)
+    wide = cast(x, "float64")
+    if op == "cumprod": return cast(np.cumprod(wide + 0.0, axis=axis), out_dtype)
+    return cast(np.cumsum(wide, axis=axis) + 0.0, out_dtype)
+
+
 def _acc(dtype: str):
   if dtype == "bool": return np.int64
   return np.float64 if is_float(dtype) else np.dtype(dtype)

@@ -253,3 +253,14 @@ def test_padded_and_odd_width_convolutions_match_numpy_and_the_other_device(devi
   np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(got, other, rtol=1e-5, atol=1e-5)
   if name == "inf_weights": assert np.isnan(got).any() and np.array_equal(np.isnan(got), np.isnan(expect))
+
+
+def test_negative_and_positive_zero_constants_stay_apart():
+  # where(valid, -0.0, 0.0) + where(valid, 0.0, -inf): one instruction for both zeros made it -0.0 + -0.0 on CPU
+  # (-0.0, sign kept), while PYTHON computed -0.0 + 0.0 (+0.0); the pad of a negated constant 0 builds this
+  program = lower((-Tensor.zeros(2)).cummax(0).schedule()[0].ast)
+  zeros = [i.arg for i in program.instrs if i.op is Ops.CONST and i.arg == 0 and isinstance(i.arg, float)]
+  assert sorted(np.signbit(zeros).tolist()) == [False, True], program.listing()
+  results = [on(device, lambda: (-Tensor.zeros(2)).cummax(0)) for device in DEVICES]
+  for got in results: assert np.signbit(got).tolist() == [False, False]
+  assert lowerer.exact_key(-0.0) != lowerer.exact_key(0.0) and lowerer.exact_key(1.5) == 1.5

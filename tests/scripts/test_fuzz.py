@@ -138,3 +138,15 @@ def test_a_printed_program_with_an_infinite_tolerance_runs_on_its_own():
   scope: dict = {}
   exec(compile(source, "generated.py", "exec"), scope)
   scope["test_generated"]("PYTHON")
+
+
+@pytest.mark.parametrize("device", DEVICES_HERE)
+def test_the_reference_scans_signed_zeros_as_the_compiler_does(device):
+  # each scan pads its windows by adding a masked identity: x + 0.0 turns -0.0 into +0.0 (cummin's zeros, of -x,
+  # into -0.0); seed 101 took the reciprocal of a cummin of zeros
+  from scheduler import Tensor
+  x = np.array([[-0.0, 0.0, -0.0, 2.0, -0.0], [0.0, -0.0, -3.0, 0.0, 1.5]], np.float32)
+  for op in ("cumsum", "cumprod", "cummax", "cummin"):
+    got, want = getattr(Tensor(x, device=device), op)(1).numpy(), ref.scan(op, x, 1, "float32")
+    np.testing.assert_array_equal(got, want)
+    assert np.signbit(got).tolist() == np.signbit(want).tolist(), op
