@@ -115,7 +115,9 @@ class Builder:
     elif dtype == "bool": bound = 1.0
     else: bound = float(max(abs(x) for x in ref.int_range(dtype))) if kind == "special" else 9.0
     v = self.new(shape, dtype, bound, nan=kind == "special" and ref.is_float(dtype))
-    if kind == "special" and shape == ():   # a constant in the graph: 0, or +-inf whose reciprocal is 0, folds x * 0
+    # a 0-d input is a constant of the graph: one that may be 0 (an int, a bool, a special float) or +-inf (whose
+    # reciprocal is 0) folds x * 0 to 0
+    if shape == () and (kind == "special" or not ref.is_float(dtype)):
       v = self.values[-1] = replace(v, zero_constant=True)
     data = f"ref.data({shape!r}, {dtype!r}, seed={self.seed}, kind={kind!r})"
     grad = ", requires_grad=True" if requires_grad else ""
