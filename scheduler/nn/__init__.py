@@ -57,10 +57,9 @@ class Conv2d:
                                               fan_in=per_group * math.prod(self.kernel_size))
 
 
-def Conv1d(in_channels: int, out_channels: int, kernel_size: int, stride=1, padding=0, dilation=1, groups=1,
-           bias=True) -> Conv2d:
-  """A convolution over one axis: inputs (batch, channels, length)."""
-  return Conv2d(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
+def Conv1d(in_channels: int, out_channels: int, kernel_size: int, *args, **options) -> Conv2d:
+  """A convolution over one axis: inputs (batch, channels, length); the other arguments are Conv2d's."""
+  return Conv2d(in_channels, out_channels, (kernel_size,), *args, **options)
 
 
 class ConvTranspose2d(Conv2d):
@@ -80,10 +79,9 @@ class ConvTranspose2d(Conv2d):
                               padding=self.padding, output_padding=self.output_padding)
 
 
-def ConvTranspose1d(in_channels: int, out_channels: int, kernel_size: int, stride=1, padding=0, output_padding=0,
-                    dilation=1, groups=1, bias=True) -> ConvTranspose2d:
-  return ConvTranspose2d(in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups,
-                         bias)
+def ConvTranspose1d(in_channels: int, out_channels: int, kernel_size: int, *args, **options) -> ConvTranspose2d:
+  """A transposed convolution over one axis; the other arguments are ConvTranspose2d's."""
+  return ConvTranspose2d(in_channels, out_channels, (kernel_size,), *args, **options)
 
 
 class BatchNorm:
@@ -140,7 +138,9 @@ class LayerNorm:
 
 class LayerNorm2d(LayerNorm):
   """LayerNorm over the channel axis of (batch, channels, height, width)."""
-  def __call__(self, x: Tensor) -> Tensor: return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+  def __call__(self, x: Tensor) -> Tensor:
+    channels_last = x.transpose(1, -1)   # (batch, width, height, channels): normalized over the last axis
+    return LayerNorm.__call__(self, channels_last).transpose(1, -1)
 
 
 def _per_channel(t: Tensor, x: Tensor) -> Tensor:
@@ -160,9 +160,9 @@ class GroupNorm:
   def __call__(self, x: Tensor) -> Tensor:
     if x.ndim < 2 or x.shape[1] != self.num_channels:
       raise ValueError(f"GroupNorm expects {self.num_channels} channels on axis 1, got shape {x.shape}")
-    normed = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
-    if self.weight is None: return normed
-    return normed * _per_channel(self.weight, x) + _per_channel(self.bias, x)
+    groups = x.flatten(1).unflatten(1, (self.num_groups, -1))   # (batch, groups, the group's channels and positions)
+    normed = groups.layernorm(axis=-1, eps=self.eps).reshape(x.shape)
+    return normed if self.weight is None else _per_channel(self.weight, x) * normed + _per_channel(self.bias, x)
 
 
 class InstanceNorm(GroupNorm):
@@ -177,10 +177,10 @@ class RMSNorm:
     self.eps = eps
     self.weight = Tensor.ones(dim) if elementwise_affine else None
 
-  def _norm(self, x: Tensor) -> Tensor: return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt()
-
   def __call__(self, x: Tensor) -> Tensor:
-    normed = self._norm(x.float()).cast(x.dtype)
+    wide = x.float()
+    inverse_rms = wide.square().mean(axis=-1, keepdim=True).add(self.eps).rsqrt()
+    normed = (wide * inverse_rms).cast(x.dtype)
     return normed if self.weight is None else normed * self.weight
 
 
@@ -188,12 +188,12 @@ class LSTMCell:
   """One step of an LSTM: gates i, f, g, o (in torch's order) from x @ weight_ih.T + h @ weight_hh.T (+ biases);
   c' = f * c + i * g, h' = o * tanh(c'). Called with (h, c) or None for zeros; returns (h', c')."""
   def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
-    limit = 1.0 / math.sqrt(hidden_size)
     self.hidden_size = hidden_size
-    self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-limit, high=limit)
-    self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-limit, high=limit)
-    self.bias_ih, self.bias_hh = ((Tensor.zeros(hidden_size * 4), Tensor.zeros(hidden_size * 4)) if bias
-                                  else (None, None))
+    def gate_weights(columns: int) -> Tensor:   # the four gates' rows stacked, U(-1/sqrt(hidden), 1/sqrt(hidden))
+      return Tensor.uniform(4 * hidden_size, columns, low=-hidden_size ** -0.5, high=hidden_size ** -0.5)
+    self.weight_ih, self.weight_hh = gate_weights(input_size), gate_weights(hidden_size)
+    self.bias_ih = Tensor.zeros(4 * hidden_size) if bias else None
+    self.bias_hh = Tensor.zeros(4 * hidden_size) if bias else None
 
   def __call__(self, x: Tensor, hc: Optional[tuple[Tensor, Tensor]] = None) -> tuple[Tensor, Tensor]:
     if hc is None:
