@@ -24,9 +24,17 @@ class PythonDevice(HostDevice):
 # ***** C semantics on numpy arrays *****
 
 def c_idiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  b_safe = np.where(b == 0, 1, b)
-  q = np.abs(a) // np.abs(b_safe)
-  return np.where(b == 0, 0, np.where((a < 0) != (b_safe < 0), -q, q))
+  """C's quotient, rounded toward zero; by zero it is 0. The magnitudes are divided as unsigned ints: |INT_MIN| does
+  not fit the signed type (numpy's abs leaves it negative, which made 1 // INT_MIN come out 1), and INT_MIN // -1
+  wraps back to INT_MIN, as on the CPU device."""
+  a, b = np.asarray(a), np.asarray(b)
+  dtype = np.result_type(a, b)
+  b_safe = np.where(b == 0, 1, b).astype(dtype)
+  if dtype.kind != "i": return np.where(b == 0, 0, a.astype(dtype) // b_safe).astype(dtype)
+  unsigned = np.dtype(f"u{dtype.itemsize}")
+  magnitude = np.abs(a.astype(dtype)).astype(unsigned) // np.abs(b_safe).astype(unsigned)
+  quotient = np.where((a < 0) != (b_safe < 0), np.zeros_like(magnitude) - magnitude, magnitude).astype(dtype)
+  return np.where(b == 0, 0, quotient).astype(dtype)
 
 
 def c_mod(a, b):

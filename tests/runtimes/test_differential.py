@@ -175,13 +175,14 @@ def test_op_over_dtypes_and_shapes(dtype, name, fns, shapes, device):
 def test_integer_division_edges_agree_across_devices_and_never_trap(dtype):
   # the lowest value over -1 overflows: a C division traps on it (SIGFPE kills the process); it wraps instead
   lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
-  a = np.array([lo, lo, hi, 5, -7, 7, lo, 0, -1], dtype=dtype)
-  b = np.array([-1, 1, -1, 0, 2, -2, lo, -1, -1], dtype=dtype)
+  # and anything smaller over the lowest value: |lo| does not fit the type (PYTHON took 1 // lo for 1; seed 121)
+  a = np.array([lo, lo, hi, 5, -7, 7, lo, 0, -1, 1, -1, hi], dtype=dtype)
+  b = np.array([-1, 1, -1, 0, 2, -2, lo, -1, -1, lo, lo, lo], dtype=dtype)
   results = {device: on_device(device, lambda: ((Tensor(a) // Tensor(b)).numpy(), (Tensor(a) % Tensor(b)).numpy()))
              for device in DEVICES}
   for quotient, remainder in results.values():
-    assert quotient.tolist() == [lo, lo, -hi, 0, -3, -3, 1, 0, 1]   # truncated, by zero 0
-    assert remainder.tolist() == [0, 0, 0, 0, 1, -1, 0, 0, 0]       # the divisor's sign, as Python's
+    assert quotient.tolist() == [lo, lo, -hi, 0, -3, -3, 1, 0, 1, 0, 0, 0]   # truncated, by zero 0
+    assert remainder.tolist() == [0, 0, 0, 0, 1, -1, 0, 0, 0, lo + 1, -1, -1]   # the divisor's sign, as Python's
 
 
 # ***** compile counts across processes *****
