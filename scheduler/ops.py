@@ -151,6 +151,11 @@ def sint_to_uop(x, dtype=dtypes.int32) -> UOp: return UOp.const(dtype, x) if isi
 
 # ***** the UOp *****
 
+def exact_key(arg: Any) -> Any:
+  """An argument as a dict key that tells -0.0 from 0.0: they are equal and hash alike, but 1/-0.0 is -inf."""
+  return (arg, math.copysign(1.0, arg)) if type(arg) is float and arg == 0 else arg
+
+
 class UOpMetaClass(type):
   """Hash-consing: building a UOp that exists already returns the existing object.
 
@@ -163,7 +168,8 @@ class UOpMetaClass(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                _buffer: Optional[Buffer] = None):
     identity = (op, dtype, src, arg, type(arg))
-    if type(arg) is float and arg == 0: identity += (math.copysign(1.0, arg),)   # -0.0 == 0.0, but 1/-0.0 is -inf
+    # exact_key, inlined: the hottest call of the compiler
+    if type(arg) is float and arg == 0: identity += (math.copysign(1.0, arg),)
     cache = UOpMetaClass.ucache
     existing_ref = cache.get(identity)
     existing = existing_ref() if existing_ref is not None else None

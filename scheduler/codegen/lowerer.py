@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 from scheduler.dtype import DType, dtypes
 from scheduler.helpers import unwrap
-from scheduler.ops import UOp, Ops, GroupOp, identity_element, sint_to_uop
+from scheduler.ops import UOp, Ops, GroupOp, exact_key, identity_element, sint_to_uop
 from scheduler.codegen.naming import kernel_name
 from scheduler.shape.shapetracker import ShapeTracker
 
@@ -41,12 +41,6 @@ class Program:
 REDUCE_UNROLL = 4  # partial accumulators in the innermost reduce loop (a power of two)
 
 
-def exact_key(arg: Any) -> Any:
-  """An argument as a dict key that tells -0.0 from 0.0: they are equal and hash alike, but 1/-0.0 is -inf (one
-  instruction for both turned -0.0 + 0.0 into -0.0 + -0.0)."""
-  return (arg, math.copysign(1.0, arg)) if type(arg) is float and arg == 0 else arg
-
-
 class LoweringError(RuntimeError):
   """The AST has a form the lowerer does not know."""
 
@@ -70,7 +64,7 @@ class _Lowerer:
     the lanes of an upcast compute the same index expressions and loads many times over."""
     key = None
     if op in _PURE and not any(s in self.accumulators for s in src):
-      key = (op, dtype, src, exact_key(arg))
+      key = (op, dtype, src, exact_key(arg))   # one instruction for -0.0 and 0.0 made -0.0 + 0.0 into -0.0 + -0.0
       for level in reversed(self.computed):
         if (got := level.get(key)) is not None: return got
     self.instrs.append(Instr(op, dtype, src, arg))

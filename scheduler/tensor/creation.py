@@ -140,9 +140,9 @@ class Creation:
     return out.contiguous()
 
   @classmethod
-  def randperm(cls, n: int, device=None, dtype=dtypes.int32, **kwargs):
+  def randperm(cls, n: int, device=None, dtype=dtypes.int32, requires_grad: Optional[bool] = None):
     """A random permutation of 0..n-1: the order that sorts n uniform draws (the sort compares n^2 pairs)."""
-    return cls.rand(n, device=device).argsort().cast(to_dtype(dtype)).requires_grad_(kwargs.get("requires_grad"))
+    return cls.rand(n, device=device).argsort().cast(to_dtype(dtype)).requires_grad_(requires_grad)
 
   def rand_like(self, **kwargs):
     """Uniform numbers in [0, 1) of this tensor's shape, device and dtype (`Tensor.rand_like(t)` works as well)."""

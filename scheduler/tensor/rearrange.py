@@ -56,11 +56,12 @@ def plan(formula: str, shape: tuple, sizes: dict[str, int]) -> tuple[tuple, tupl
   rest = len(shape) - named_axes
   hidden = [f"...{k}" for k in range(rest)]   # the axes `...` stands for, in order
 
-  left = [part for group in left for part in ([[name] for name in hidden] if group == [_ELLIPSIS] else [group])]
-  def joined(group: list[str]) -> list[list[str]]:
-    if group == [_ELLIPSIS]: return [[name] for name in hidden]
-    return [[part for name in group for part in (hidden if name == _JOINED else [name])]]
-  right = [part for group in right for part in joined(group)]
+  def expanded(side: list[list[str]]) -> list[list[str]]:   # `...` as the axes it stands for, `(...)` joined
+    def parts(group: list[str]) -> list[list[str]]:
+      if group == [_ELLIPSIS]: return [[name] for name in hidden]
+      return [[n for name in group for n in (hidden if name == _JOINED else [name])]]
+    return [part for group in side for part in parts(group)]
+  left, right = expanded(left), expanded(right)
   extents: dict[str, int] = {}
   for group, extent in zip(left, shape):
     unknown = [name for name in group if name != "1" and name not in sizes]

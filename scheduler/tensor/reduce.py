@@ -257,16 +257,22 @@ class Reduce:
       raise ValueError(f"padding must be an int or a sequence of length {dims} or {2 * dims}, got {padding}")
     return [p for p in reversed(padding) for _ in range(2)]
 
-  def _windows_of(self, kernel_size, stride, dilation, padding, value=0.0, ceil_mode=False, ceil_value=None):
-    """Pooling windows of the last len(kernel_size) axes (two for an int), padded with `value`; with ceil_mode the
-    last, partial window of each axis is kept too (torch's rule: it must start inside the input or its left
-    padding), the overhang filled with `ceil_value` (default `value`)."""
+  def _pool_arguments(self, kernel_size, stride, dilation, padding) -> tuple[tuple, tuple, tuple, Sequence[int]]:
+    """(kernel, strides, dilations, flat pads) of a pooling over the last len(kernel_size) axes (two for an int);
+    the stride defaults to the kernel."""
     dims = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else 2
     kernel = make_tuple(kernel_size, dims)
     steps, gaps = make_tuple(kernel if stride is None else stride, dims), make_tuple(dilation, dims)
     if not len(kernel) == len(steps) == len(gaps):
       raise ValueError(f"stride {stride} and dilation {dilation} must give one value per kernel axis {kernel}")
-    pads = self._resolve_pool_pads(padding, dims)
+    return kernel, steps, gaps, self._resolve_pool_pads(padding, dims)
+
+  def _windows_of(self, kernel_size, stride, dilation, padding, value=0.0, ceil_mode=False, ceil_value=None):
+    """Pooling windows of the last len(kernel_size) axes (two for an int), padded with `value`; with ceil_mode the
+    last, partial window of each axis is kept too (torch's rule: it must start inside the input or its left
+    padding), the overhang filled with `ceil_value` (default `value`)."""
+    kernel, steps, gaps, pads = self._pool_arguments(kernel_size, stride, dilation, padding)
+    dims = len(kernel)
     padded = self.pad(pads, value=value)
     if ceil_mode:
       extra = []   # flat pads are last axis first: axis a of the window's before-pad is pads[2 * (dims - 1 - a)]
@@ -309,10 +315,8 @@ class Reduce:
     """The inverse of max_pool2d with return_indices: zeros with each pooled value put back at its index. The
     output's pooled axes are (n - 1) * stride - 2 * padding + dilation * (k - 1) + 1, or the last ones of
     `output_size`."""
-    dims = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else 2
-    kernel = make_tuple(kernel_size, dims)
-    steps, gaps = make_tuple(kernel if stride is None else stride, dims), make_tuple(dilation, dims)
-    pads = self._resolve_pool_pads(padding, dims)
+    kernel, steps, gaps, pads = self._pool_arguments(kernel_size, stride, dilation, padding)
+    dims = len(kernel)
     if indices.shape != self.shape:
       raise ValueError(f"max_unpool2d indices of shape {indices.shape} do not match the input's {self.shape}")
     lead, pooled = self.shape[:-dims], self.shape[-dims:]

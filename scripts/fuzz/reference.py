@@ -126,9 +126,13 @@ def mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def unary(op: str, x, out_dtype: str) -> np.ndarray:
   """A unary function of the reference, computed in float64 and stored as `out_dtype`."""
   x64 = np.asarray(x).astype(np.float64)
+  as_float = np.asarray(x).astype(float_of(str(np.asarray(x).dtype)))
   with np.errstate(all="ignore"):
     out = {
-      "neg": lambda v: -v, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
+      "neg": lambda v: -v, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin,
+      # the reference's cos is sin(pi/2 - x), the difference rounded to x's float dtype (for x = 1e37 that is -x,
+      # whose sine has nothing to do with cos(1e37))
+      "cos": lambda v: np.sin((as_float.dtype.type(np.pi / 2) - as_float).astype(np.float64)),
       "reciprocal": lambda v: 1 / v, "abs": np.abs, "relu": lambda v: np.where(v > 0, v, 0.0),
       "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh, "square": np.square,
       "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": np.round,
@@ -140,10 +144,6 @@ def unary(op: str, x, out_dtype: str) -> np.ndarray:
       "quick_gelu": lambda v: np.where(v == -np.inf, 0.0, v / (1 + np.exp(-1.702 * v))),
       "elu": lambda v: np.where(v > 0, v, np.expm1(v)), "sign": np.sign,
     }[op](x64)
-    if op == "cos":   # the reference's cos is sin(pi/2 - x), the difference rounded to x's float dtype (for x = 1e37
-      # that is -x, whose sine has nothing to do with cos(1e37))
-      as_float = np.asarray(x).astype(float_of(str(np.asarray(x).dtype)))
-      out = np.sin((as_float.dtype.type(np.pi / 2) - as_float).astype(np.float64))
     if op == "neg" and is_int(str(np.asarray(x).dtype)): return (-np.asarray(x)).astype(out_dtype)
     if op == "abs" and is_int(str(np.asarray(x).dtype)): return np.abs(np.asarray(x)).astype(out_dtype)
     return out.astype(out_dtype)
