@@ -117,13 +117,16 @@ class Reduce:
     return parts[0] - parts[2].log()
 
   def argmax(self, axis=None, keepdim=False):
-    """The first position of the maximum: max over (is max) * (n, n-1, ..., 1), subtracted from n."""
+    """The first position of the maximum (a NaN counts as +inf): max over (is peak) * (n, n-1, ..., 1), subtracted
+    from n."""
     if axis is None: return self.reshape(-1).argmax(0)
     dim = self._resolve_dim(axis)
     n = self.shape[dim]
     countdown = type(self).arange(n, 0, -1, requires_grad=False,
                                   device=self.device).reshape(n, *([1] * (self.ndim - dim - 1)))
-    is_peak = self == self.max(axis=dim, keepdim=True)
+    # a NaN ranks as +inf: a NaN maximum equals no position, and the index would run past the axis
+    key = (self != self).where(float("inf"), self) if dtypes.is_float(self.dtype) else self
+    is_peak = key == key.max(axis=dim, keepdim=True)
     first = (is_peak * countdown).max(axis=dim, keepdim=keepdim)
     return (n - first).cast(dtypes.int32)
 

@@ -301,7 +301,8 @@ class Builder:
     reduced = [a for a in range(len(x.shape)) if axis_arg is None or a in axes]
     count = _numel(tuple(x.shape[a] for a in reduced))
     shape = tuple((1 if a in reduced else s) for a, s in enumerate(x.shape) if keepdim or a not in reduced)
-    ops = ["sum", "sum", "mean"] + ([] if x.nan or count == 0 else ["max", "min", "argmax", "prod"])
+    ops = ["sum", "sum", "mean"] + ([] if count == 0 else ["argmax"]) + \
+      ([] if x.nan or count == 0 else ["max", "min", "prod"])
     op = c.choice(ops)
     magnitude = None if x.bound is None else count * math.log10(max(x.bound, 1.0))   # log10 of the product's bound
     if op == "prod" and (magnitude is None or magnitude > 30
@@ -328,7 +329,7 @@ class Builder:
     bound = None if x.bound is None else (x.bound * count if op == "sum" else x.bound if op == "mean"
                                           else max(x.bound, 1.0) ** count)
     if bound is not None and out == "float16" and bound > 60000: bound = None
-    nan = ref.is_float(out) and (x.nan or bound is None)
+    nan = ref.is_float(out) and (x.nan or bound is None or (op == "mean" and count == 0))   # 0 / 0
     v = self.new(shape, out, None if nan else bound, nan=nan, terms=x.terms * count)
     return self.emit(v, f"t{x.name}.{op}({ax}{kd})", f"ref.{op}_(n{x.name}, {npax}, {keepdim}, {out!r})", op)
 

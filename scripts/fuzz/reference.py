@@ -412,8 +412,11 @@ def max_(x, axis, keepdim: bool, out_dtype: str) -> np.ndarray:
 
 
 def argmax(x, axis: int, keepdim: bool) -> np.ndarray:
-  """The first index of the maximum along `axis` (bools and ints compared as they are)."""
-  out = np.argmax(np.asarray(x), axis=axis).astype(np.int32)
+  """The first index of the maximum along `axis` (bools and ints compared as they are); the design ranks a NaN as
+  +inf (numpy ranks it above +inf)."""
+  x = np.asarray(x)
+  if x.dtype.kind == "f": x = np.where(np.isnan(x), np.inf, x)
+  out = np.argmax(x, axis=axis).astype(np.int32)
   return np.expand_dims(out, axis) if keepdim else out
 
 

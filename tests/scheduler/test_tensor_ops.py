@@ -118,6 +118,15 @@ def test_int_and_bool_reductions():
   close((Tensor(I) > 0).sum(), (I > 0).sum().astype(np.int32))
 
 
+def test_argmax_ranks_nan_as_inf_and_stays_inside_the_axis():
+  nan, inf = float("nan"), float("inf")
+  rows = np.array([[5, nan, 1], [nan, 9, nan], [1, 3, 3], [inf, nan, 2], [-inf, -inf, -inf]], dtype=np.float32)
+  t = Tensor(rows)
+  assert t.argmax(1).numpy().tolist() == [1, 0, 1, 0, 0]
+  assert t.argmin(1).numpy().tolist() == [1, 0, 0, 1, 0]   # -NaN is NaN: the first NaN, else the first minimum
+  assert Tensor(np.array([nan], np.float32)).argmax().item() == 0   # was 1, past the axis
+
+
 def test_long_cumsum_uses_two_stages():
   x = np.arange(600, dtype=np.float32) / 100
   close(Tensor(x).cumsum(), np.cumsum(x), rtol=1e-4)
