@@ -6,7 +6,7 @@ Rendering is capture point **kernel**: (AST, device, options) in, (source, kerne
 from __future__ import annotations
 import ctypes, functools, math, os, pathlib, platform, re, shutil, subprocess
 from typing import Callable, Optional
-from scheduler.dtype import DType, dtypes
+from scheduler.dtype import DType, dtypes, truncate_const
 from scheduler.device import BUILDS, HostDevice, Buffer, build_all, cache_dir, cache_path, find_c_compiler, DeviceError
 from scheduler.ops import UOp, Ops
 from scheduler.codegen.lowerer import lower, Program
@@ -189,7 +189,12 @@ _ctype = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsign
           dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
           dtypes.int64: "long long",
           dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.float32: "float",
-          dtypes.float64: "double"}
+          dtypes.float64: "double", dtypes.bfloat16: "float"}
+# bfloat16 is stored as its 16 bits and computed in float, each result rounded back to bfloat16
+BF16 = dtypes.bfloat16
+
+
+def _storage_ctype(dtype: DType) -> str: return "unsigned short" if dtype == BF16 else _ctype[dtype]
 
 # No #include: parsing <math.h> and <string.h> was half of a small kernel's build (about 20 of 40 ms). The kernels
 # need only these names; the math functions are libm's, declared as the C standard declares them.
@@ -199,6 +204,15 @@ _PRELUDE = """#define bool _Bool
 #define memcpy __builtin_memcpy
 float exp2f(float); float log2f(float); float sinf(float); float sqrtf(float);
 double exp2(double); double log2(double); double sin(double); double sqrt(double);
+static inline float bf16_load(unsigned short b) {
+  unsigned int u = (unsigned int)b << 16; float f; memcpy(&f, &u, 4); return f;
+}
+static inline unsigned short bf16_bits(float f) {
+  unsigned int u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float bf16_round(float f) { return bf16_load(bf16_bits(f)); }
 static inline unsigned long long threefry2x32(unsigned long long x, unsigned long long key) {
   unsigned int x0 = (unsigned int)(x & 0xffffffffu), x1 = (unsigned int)(x >> 32);
   unsigned int k0 = (unsigned int)(key & 0xffffffffu), k1 = (unsigned int)(key >> 32);
@@ -237,11 +251,13 @@ def _c_index(value, what: str) -> int:
 def render_const(val, dtype: DType) -> str:
   if not isinstance(val, (bool, int, float)): raise UnsafeSourceError(f"constant {val!r} of {dtype} is not a number")
   if dtypes.is_float(dtype):
+    if dtype == BF16: val = truncate_const(val, BF16)   # a constant is a bfloat16 value too
     if math.isnan(val): lit = "NAN"
     elif math.isinf(val): lit = "INFINITY" if val > 0 else "(-INFINITY)"
     else: lit = repr(float(val))
     if dtype == dtypes.float64: return lit
-    if dtype == dtypes.float32: return f"{lit}f" if lit not in ("NAN", "INFINITY", "(-INFINITY)") else f"((float){lit})"
+    if dtype in (dtypes.float32, BF16):
+      return f"{lit}f" if lit not in ("NAN", "INFINITY", "(-INFINITY)") else f"((float){lit})"
     return f"((_Float16){lit})"
   if dtype == dtypes.bool: return "1" if val else "0"
   if dtypes.is_unsigned(dtype): return f"(({_ctype[dtype]}){int(val)}ull)"
@@ -259,7 +275,8 @@ def render_c(prg: Program, wide: Optional[Program] = None) -> str:
   elsewhere: every lane does the same IEEE operations in the same order in both (no contraction), so the results are
   the same bits on every host; only the speed differs."""
   c_identifier(prg.name, "kernel name")
-  params = [f"{_ctype[dt]}* restrict data{_c_index(idx, 'buffer index')}" for idx, dt, _ in prg.globals] + \
+  params = [f"{_storage_ctype(dt)}* restrict data{_c_index(idx, 'buffer index')}"
+            for idx, dt, _ in prg.globals] + \
            [f"int {c_identifier(v[0], 'variable name')}" for v in prg.variables]
   unoptimized = '__attribute__((optimize("O0"))) ' if prg.steps < SMALL_KERNEL_STEPS else ""
   vectors: dict[DType, str] = {}
@@ -322,19 +339,24 @@ def _render_body(prg: Program, vectors: dict[DType, str]) -> str:
       line(f"{ctype} alu{i} = {s[0]}[{_c_index(x.arg, 'vector lane')}];")
     elif op is Ops.LOAD:
       names[i] = f"val{i}"
-      read = f"{s[0]}[{s[1]}]"
+      read = f"bf16_load({s[0]}[{s[1]}])" if x.dtype == BF16 else f"{s[0]}[{s[1]}]"
       line(f"{ctype} val{i} = {read};" if s[2] == "1" else f"{ctype} val{i} = ({s[2]}) ? {read} : ({ctype})0;")
     elif op is Ops.STORE:
       vector = prg.instrs[x.src[3]].dtype.count > 1
-      write = f"memcpy({s[0]} + {s[1]}, &{s[3]}, sizeof({s[3]}));" if vector else f"{s[0]}[{s[1]}] = {s[3]};"
+      stored = f"bf16_bits({s[3]})" if prg.instrs[x.src[3]].dtype == BF16 else s[3]
+      write = f"memcpy({s[0]} + {s[1]}, &{s[3]}, sizeof({s[3]}));" if vector else f"{s[0]}[{s[1]}] = {stored};"
       line(write if s[2] == "1" else f"if ({s[2]}) {write}")
     elif op is Ops.BITCAST:
       names[i] = f"val{i}"
-      src_t = _ctype[prg.instrs[x.src[0]].dtype]
-      line(f"{src_t} cast_src{i} = {s[0]}; {ctype} val{i}; memcpy(&val{i}, &cast_src{i}, sizeof(val{i}));")
+      src_dtype = prg.instrs[x.src[0]].dtype
+      value = f"bf16_bits({s[0]})" if src_dtype == BF16 else s[0]   # a bfloat16 value's bits are its stored form
+      line(f"{_storage_ctype(src_dtype)} cast_src{i} = {value}; {_storage_ctype(x.dtype)} bits{i}; "
+           f"memcpy(&bits{i}, &cast_src{i}, sizeof(bits{i})); {ctype} val{i} = "
+           + (f"bf16_load(bits{i});" if x.dtype == BF16 else f"bits{i};"))
     else:
       names[i] = f"alu{i}"
-      line(f"{ctype} alu{i} = {_render_alu(op, x.dtype, s)};")
+      value = _render_alu(op, x.dtype, s)
+      line(f"{ctype} alu{i} = {f'bf16_round({value})' if x.dtype == BF16 else value};")
   return "\n".join(lines)
 
 

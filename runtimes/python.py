@@ -1,13 +1,15 @@
 """PYTHON device: evaluates kernel ASTs directly with numpy, vectorized over whole views.
 
 An independent oracle for the C path (it shares nothing with it below the AST) and the fallback
-device where no C compiler exists. Integer division, modulo, casts and comparisons follow C.
+device where no C compiler exists. Integer division, modulo, casts and comparisons follow C; bfloat16 is computed
+in float32 and rounded after each op, as the C device does.
 """
 from __future__ import annotations
 import functools
 from typing import Any, Callable, Optional
 import numpy as np
-from scheduler.dtype import DType, dtypes, to_np_dtype
+from scheduler.dtype import (DType, dtypes, to_np_dtype, value_np_dtype, bf16_to_float32, float32_to_bf16,
+                             round_bf16)
 from scheduler.device import HostDevice, Buffer
 from scheduler.ops import UOp, Ops, sym_infer
 from scheduler.shape.shapetracker import ShapeTracker
@@ -60,6 +62,7 @@ def threefry2x32(x: np.ndarray, key: np.ndarray) -> np.ndarray:
 
 
 def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
+  if dtype == dtypes.bfloat16: return round_bf16(x.astype(np.float32))
   npdt = to_np_dtype(dtype)
   if dtype == dtypes.bool: return x != 0
   if dtypes.is_int(dtype) and x.dtype.kind == "f":
@@ -174,7 +177,8 @@ def _eval(u: UOp, values: dict[UOp, Any], arrays: list[np.ndarray], var_vals: di
   op = u.op
   if op in (Ops.SINK, Ops.DEFINE_GLOBAL, Ops.VIEW): return None
   if op is Ops.CONST:
-    val = np.array(u.arg, dtype=to_np_dtype(u.dtype))
+    val = np.array(u.arg, dtype=value_np_dtype(u.dtype))
+    if u.dtype == dtypes.bfloat16: val = round_bf16(val)   # a constant is a bfloat16 value too
     if u.src: return np.broadcast_to(val, view_positions(u.src[0].arg, var_vals, window)[0])
     return val
   if op is Ops.DEFINE_VAR:
@@ -185,11 +189,13 @@ def _eval(u: UOp, values: dict[UOp, Any], arrays: list[np.ndarray], var_vals: di
   if op is Ops.LOAD:
     shape, idx, valid = indexed_view(u.src[1].arg, var_vals, window)
     data = arrays[u.src[0].arg]
-    if data.size == 0: return np.zeros(shape, dtype=to_np_dtype(u.dtype))
-    return np.where(valid, data[np.where(valid, idx, 0)], np.zeros((), dtype=data.dtype))
+    if data.size == 0: return np.zeros(shape, dtype=value_np_dtype(u.dtype))
+    loaded = np.where(valid, data[np.where(valid, idx, 0)], np.zeros((), dtype=data.dtype))
+    return bf16_to_float32(loaded) if u.dtype == dtypes.bfloat16 else loaded
   if op is Ops.STORE:
     shape, idx, valid = indexed_view(u.src[1].arg, var_vals, window)
     val = np.asarray(values[u.src[2]])
+    if u.src[2].dtype == dtypes.bfloat16: val = float32_to_bf16(val)   # the stored form: its bits
     # views of one element may differ in rank within a kernel ((1,) loads into a () store): same element
     if val.ndim > len(shape) and val.size == 1: val = val.reshape(shape)
     val = np.broadcast_to(val, shape)
@@ -198,18 +204,25 @@ def _eval(u: UOp, values: dict[UOp, Any], arrays: list[np.ndarray], var_vals: di
   if op is Ops.REDUCE_AXIS:
     x = values[u.src[0]]
     axes = u.arg[1]
-    if u.arg[0] is Ops.ADD: return np.add.reduce(x, axis=axes, keepdims=True, dtype=x.dtype)
-    if u.arg[0] is Ops.MUL: return np.multiply.reduce(x, axis=axes, keepdims=True, dtype=x.dtype)
+    if u.arg[0] in (Ops.ADD, Ops.MUL):
+      ufunc = np.add if u.arg[0] is Ops.ADD else np.multiply
+      total = ufunc.reduce(x, axis=axes, keepdims=True, dtype=x.dtype)
+      return round_bf16(total) if u.dtype == dtypes.bfloat16 else total   # rounded once, not after every step
     # MAX like C's (a > b ? a : b) accumulation, starting from the lowest value
     return np.max(x, axis=axes,
                   keepdims=True) if x.dtype.kind != "f" or not np.isnan(x).any() else _c_max_reduce(x, axes)
   if op is Ops.CAST: return _cast(np.asarray(values[u.src[0]]), u.dtype)
-  if op is Ops.BITCAST: return np.ascontiguousarray(values[u.src[0]]).view(to_np_dtype(u.dtype))
+  if op is Ops.BITCAST:
+    source = np.asarray(values[u.src[0]])
+    if u.src[0].dtype == dtypes.bfloat16: source = float32_to_bf16(source)
+    bits = np.ascontiguousarray(source).view(to_np_dtype(u.dtype))
+    return bf16_to_float32(bits) if u.dtype == dtypes.bfloat16 else bits
   if op in _alu:
     srcs = [values[s] for s in u.src]
-    if op is Ops.WHERE: return np.where(srcs[0], srcs[1], srcs[2]).astype(to_np_dtype(u.dtype), copy=False)
+    if op is Ops.WHERE: return np.where(srcs[0], srcs[1], srcs[2]).astype(value_np_dtype(u.dtype), copy=False)
     if op in (Ops.SHL, Ops.SHR): srcs[1] = np.asarray(srcs[1]).astype(np.asarray(srcs[0]).dtype)
-    return np.asarray(_alu[op](*srcs)).astype(to_np_dtype(u.dtype), copy=False)
+    result = np.asarray(_alu[op](*srcs)).astype(value_np_dtype(u.dtype), copy=False)
+    return round_bf16(result) if u.dtype == dtypes.bfloat16 else result
   raise NotImplementedError(f"PYTHON device cannot run {op}")
 
 

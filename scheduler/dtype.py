@@ -60,6 +60,7 @@ class dtypes:
   int64 = DType(7, 8, "long", "q")
   uint64 = DType(8, 8, "ulong", "Q")
   float16 = DType(11, 2, "half", "e")
+  bfloat16 = DType(12, 2, "__bf16", None)   # float32's upper half: stored as 16 bits, computed in float32
   float32 = DType(13, 4, "float", "f")
   float64 = DType(14, 8, "double", "d")
   half, float, double = float16, float32, float64
@@ -70,7 +71,7 @@ class dtypes:
   uints = (uint8, uint16, uint32, uint64)
   sints = (int8, int16, int32, int64)
   ints = uints + sints
-  floats = (float16, float32, float64)
+  floats = (float16, bfloat16, float32, float64)
   all = (bool,) + ints + floats
 
   @staticmethod
@@ -116,7 +117,8 @@ _by_name: dict[str, DType] = {d.name: d for d in (dtypes.void,) + dtypes.all}
 _user_names = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
                "uint16": dtypes.uint16,
                "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64, "uint64": dtypes.uint64,
-               "float16": dtypes.float16, "float32": dtypes.float32, "float64": dtypes.float64}
+               "float16": dtypes.float16, "bfloat16": dtypes.bfloat16, "float32": dtypes.float32,
+               "float64": dtypes.float64}
 
 
 def _dtype_by_name(name: str) -> DType: return _by_name[name]
@@ -143,10 +145,11 @@ def _value_range(dtype: DType) -> tuple:
 _WIDENS_TO: dict[DType, tuple[DType, ...]] = {
   dtypes.bool: (dtypes.int8, dtypes.uint8),
   dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,), dtypes.int32: (dtypes.int64,),
-  dtypes.int64: (dtypes.float16,),
+  dtypes.int64: (dtypes.float16, dtypes.bfloat16),
   dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
-  dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.float16,),
-  dtypes.float16: (dtypes.float32,), dtypes.float32: (dtypes.float64,), dtypes.float64: (),
+  dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.float16, dtypes.bfloat16),
+  dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,),
+  dtypes.float64: (),
 }
 
 
@@ -166,8 +169,8 @@ def least_upper_dtype(*ds: DType) -> DType:
   return min(shared)
 
 
-# stored mantissa bits of the float dtypes by item size (float16, float32, float64)
-MANTISSA_BITS = {2: 10, 4: 23, 8: 52}
+# stored mantissa bits of the float dtypes
+MANTISSA_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dtypes.float64: 52}
 
 
 def least_upper_float(dt: DType) -> DType:
@@ -190,8 +193,32 @@ _from_np_map = {np.dtype(v): k for k, v in _np_map.items()}
 
 
 def to_np_dtype(dt: DType) -> type:
+  """The numpy dtype of a buffer's memory (numpy has no bfloat16: its bits are uint16, `bf16_to_float32` reads them)."""
+  if dt.base == dtypes.bfloat16: return np.uint16
   if dt.base not in _np_map: raise ValueError(f"{dt} has no numpy dtype")
   return _np_map[dt.base]
+
+
+def value_np_dtype(dt: DType) -> type:
+  """The numpy dtype values of `dt` are computed in (bfloat16 in float32, rounded to bfloat16 after each op)."""
+  return np.float32 if dt.base == dtypes.bfloat16 else to_np_dtype(dt)
+
+
+def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
+  """bfloat16 bits (uint16) as the float32 values they are."""
+  return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bf16(values) -> np.ndarray:
+  """Values rounded to bfloat16 (to nearest, ties to even; NaN stays NaN), as their bits (uint16)."""
+  bits = np.asarray(values, dtype=np.float32).view(np.uint32)
+  rounded = ((bits + (0x7FFF + ((bits >> 16) & 1))) >> 16).astype(np.uint16)
+  return np.where((bits & 0x7FFFFFFF) > 0x7F800000, ((bits >> 16) | 0x40).astype(np.uint16), rounded)
+
+
+def round_bf16(values) -> np.ndarray:
+  """float32 values rounded to the nearest bfloat16, still float32."""
+  return bf16_to_float32(float32_to_bf16(values))
 
 
 def from_np_dtype(npdt) -> DType:
@@ -204,6 +231,8 @@ def truncate_const(val, dtype: DType):
   """Cast a python constant the way the device would store it."""
   if dtypes.is_float(dtype):
     if dtype == dtypes.float16: return float(np.float16(val))
+    if dtype == dtypes.bfloat16:
+      with np.errstate(over="ignore"): return float(round_bf16(np.float32(val)))
     if dtype == dtypes.float32:
       try: return struct.unpack("f", struct.pack("f", val))[0]
       except OverflowError: return math.copysign(math.inf, val)

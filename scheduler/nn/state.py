@@ -6,7 +6,8 @@ from typing import Any, Iterable, Optional
 from scheduler.tensor import Tensor
 from scheduler.dtype import dtypes
 
-_ST_DTYPES = {"F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16, "I64": dtypes.int64,
+_ST_DTYPES = {"F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
+              "I64": dtypes.int64,
               "I32": dtypes.int32,
               "I16": dtypes.int16, "I8": dtypes.int8, "U64": dtypes.uint64, "U32": dtypes.uint32, "U16": dtypes.uint16,
               "U8": dtypes.uint8,
@@ -56,7 +57,7 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: Optio
   offset, blobs = 0, []
   for name, t in tensors.items():
     if t.dtype not in _ST_NAMES: raise ValueError(f"safetensors has no dtype for {t.dtype} ({name})")
-    data = t.numpy().tobytes()
+    data = (t.bitcast(dtypes.uint16) if t.dtype == dtypes.bfloat16 else t).numpy().tobytes()   # bfloat16's bits
     header[name] = {"dtype": _ST_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
     blobs.append(data)
     offset += len(data)

@@ -12,7 +12,7 @@ import numpy as np
 from scheduler import hooks
 from scheduler.device import Device
 from scheduler.dtype import (DType, dtypes, ConstType, least_upper_dtype, to_dtype, from_np_dtype, to_np_dtype,
-                             truncate_const)
+                             truncate_const, bf16_to_float32, float32_to_bf16)
 from scheduler.gradient import compute_gradient
 from scheduler.helpers import (all_int, all_same, fully_flatten, prod, Context, Metadata, TRACEMETA,
                                CAPTURE_PROCESS_REPLAY)
@@ -87,16 +87,21 @@ def _python_buffer(data, dtype: DType) -> UOp:
   else:
     shape = nested_shape(data)
     values = [truncate_const(dtypes.as_const(v, dtype), dtype) for v in fully_flatten(data)]
-    raw = np.array(values, dtype=to_np_dtype(dtype)).tobytes()
+    array = float32_to_bf16(values) if dtype == dtypes.bfloat16 else np.array(values, dtype=to_np_dtype(dtype))
+    raw = array.tobytes()
   buf = UOp.new_buffer("PYTHON", prod(shape), dtype)
   buf.buffer.allocate(np.frombuffer(raw, dtype=np.uint8).copy())
   return buf.reshape(shape)
 
 
-def _numpy_buffer(array: np.ndarray) -> UOp:
-  """A numpy array as an NPY buffer (the array itself is the memory; the copy to a device is lazy)."""
+def _numpy_buffer(array: np.ndarray, dtype: Optional[DType] = None) -> UOp:
+  """A numpy array as an NPY buffer (the array itself is the memory; the copy to a device is lazy); bfloat16 is
+  rounded from the array's values into bits of its own."""
+  if dtype == dtypes.bfloat16:
+    with np.errstate(over="ignore", invalid="ignore"): array = float32_to_bf16(np.asarray(array, dtype=np.float32))
+  else: dtype = None
   flat = np.ascontiguousarray(array)
-  dtype = from_np_dtype(flat.dtype)
+  dtype = dtype or from_np_dtype(flat.dtype)
   uop = UOp.new_buffer("NPY", flat.size, dtype)
   uop.buffer.allocate(flat)
   return uop.reshape(flat.shape)
@@ -157,6 +162,7 @@ class TensorBase:
     if isinstance(data, np.generic) or (isinstance(data, np.ndarray) and data.shape == ()):
       return const_uop(data.item(), (), dtype or from_np_dtype(data.dtype), device)
     if isinstance(data, np.ndarray):
+      if dtype == dtypes.bfloat16: return _numpy_buffer(data, dtype)
       wanted = to_np_dtype(dtype) if dtype is not None else data.dtype
       return _numpy_buffer(data if wanted == data.dtype else data.astype(wanted))
     if isinstance(data, pathlib.Path):
@@ -283,6 +289,8 @@ class TensorBase:
     return type(self)(self.lazydata.detach(), device=self.device, requires_grad=False)
 
   def numpy(self) -> np.ndarray:
+    """The values as a numpy array (bfloat16 as float32: numpy has no bfloat16)."""
+    if self.dtype.base == dtypes.bfloat16: return bf16_to_float32(self.bitcast(dtypes.uint16).numpy())
     if 0 in self.shape: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
     if (whole := self._whole_realized_buffer()) is not None: return whole.ensure_allocated().numpy().reshape(self.shape)
     readable = self if self.device in ("CPU", "PYTHON", "NPY") else self.to(Device.DEFAULT)

@@ -131,7 +131,7 @@ class Creation:
     low_counts = cls.arange(half, device=device, dtype=dtypes.uint32, requires_grad=False) + counter
     bits = cls._threefry_random_bits(key, low_counts, low_counts + half)[:words]
     uint = _UINT_OF_SIZE[dtype.itemsize]
-    mantissa = bits.bitcast(uint) >> (8 * dtype.itemsize - MANTISSA_BITS[dtype.itemsize])
+    mantissa = bits.bitcast(uint) >> (8 * dtype.itemsize - MANTISSA_BITS[dtype])
     exponent_of_one = cls.ones_like(mantissa, device=mantissa.device, dtype=dtype).bitcast(uint)
     floats = (mantissa | exponent_of_one).bitcast(dtype)            # in [1, 2)
     out = floats[:count].sub(1).reshape(shape)

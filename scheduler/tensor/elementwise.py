@@ -289,7 +289,7 @@ def _on_magnitude(x, rounding):
   """A rounding of a float applied to |x| with the sign put back (so -0.3 rounds to -0.0, as IEEE); zeros, NaN,
   infinities and floats too large to have a fraction stay as they are (an integer cast would overflow).
   `rounding` sees only values in [0, 2^mantissa)."""
-  fits = (x.abs() < 2.0 ** MANTISSA_BITS[x.dtype.itemsize]) & (x != 0)
+  fits = (x.abs() < 2.0 ** MANTISSA_BITS[x.dtype.scalar]) & (x != 0)
   magnitude = fits.where(x.abs(), 0)
   return fits.where(rounding(magnitude) * (x < 0).where(-1.0, 1.0).cast(x.dtype), x)
 

@@ -57,12 +57,12 @@ class Reduce:
   def all(self, axis=None, keepdim=False): return self.logical_not().any(axis=axis, keepdim=keepdim).logical_not()
 
   def sum(self, axis=None, keepdim=False, dtype=None, acc_dtype=None):
-    """Sums accumulate in at least 32 bits (float16 sums come back as float16); with `acc_dtype` (or `dtype`) they
-    accumulate in that dtype and come back in it."""
+    """Sums accumulate in at least 32 bits (float16 and bfloat16 sums come back in their dtype); with `acc_dtype`
+    (or `dtype`) they accumulate in that dtype and come back in it."""
     dtype = dtype if dtype is not None else acc_dtype
     accumulate = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
     total = self.cast(accumulate)._reduce(Ops.ADD, axis=axis, keepdim=keepdim)
-    narrow_back = dtype is None and self.dtype == dtypes.float16
+    narrow_back = dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16)
     return total.cast(self.dtype) if narrow_back else total
 
   def prod(self, axis=None, keepdim=False, dtype=None, acc_dtype=None):
