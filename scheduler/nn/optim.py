@@ -1,8 +1,11 @@
-"""Optimizers that update parameters in place with `assign`: SGD (momentum, nesterov, weight decay),
-Adam, AdamW and LAMB. `step()` realizes the updated parameters and the optimizer's state in one schedule.
+"""Optimizers that update parameters in place with `assign`: SGD (momentum, nesterov, weight decay), LARS,
+Adam, AdamW and LAMB; `OptimizerGroup` steps several as one. `step()` realizes the updated parameters and the
+optimizer's state in one schedule.
 
 Update rules (g the gradient, lr the learning rate, t the step count):
 - SGD: g += wd * w; with momentum b = mu * b + g and g = b (nesterov: g = g + mu * b); w -= lr * g.
+- LARS: SGD whose step is scaled per parameter by the trust ratio r = tcoef * ||w|| / (||g|| + wd * ||w||) (1 when
+  either norm is 0). `classic` (LARS's default) scales g by r * lr before the momentum, else after it.
 - AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
   w -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * w).
   Adam is AdamW without weight decay.
@@ -57,8 +60,10 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-  def __init__(self, params: list[Tensor], lr=0.001, momentum=0.0, weight_decay=0.0, nesterov=False):
-    self.nesterov, self.momentum, self.wd = nesterov, momentum, weight_decay
+  """SGD, and LARS when `tcoef` is not 0 (see the module docstring)."""
+  def __init__(self, params: list[Tensor], lr=0.001, momentum=0.0, weight_decay=0.0, nesterov=False, classic=False,
+               tcoef=0.0):
+    self.nesterov, self.momentum, self.wd, self.classic, self.tcoef = nesterov, momentum, weight_decay, classic, tcoef
     Optimizer.__init__(self, params, lr)
     # velocities start as the constant 0 (no kernel): the first step's assign replaces that graph, and the schedule
     # then realizes the velocity together with the gradient it equals, as the reference does (9 kernels for a
@@ -66,15 +71,29 @@ class SGD(Optimizer):
     self.b = [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device, requires_grad=False) for p in self.params] \
       if momentum else []
 
+  def _trust_ratio(self, w: Tensor, g: Tensor):
+    weight_norm, grad_norm = w.square().sum().sqrt(), g.square().sum().sqrt()
+    both = (weight_norm > 0) & (grad_norm > 0)
+    return both.where(self.tcoef * weight_norm / (grad_norm + self.wd * weight_norm), 1.0)
+
   def _update(self, grads: list[Tensor]) -> list[Tensor]:
     velocities = self.b or [None] * len(self.params)
     for w, g, velocity in zip(self.params, grads, velocities):
+      scale = self.lr if self.tcoef == 0 else self._trust_ratio(w.detach(), g) * self.lr
       step = g + self.wd * w.detach()
+      if self.classic: step = step * scale
       if velocity is not None:
         velocity.assign(self.momentum * velocity + step)
         step = step + self.momentum * velocity if self.nesterov else velocity
-      w.assign((w.detach() - step * self.lr).cast(w.dtype))
+      if not self.classic: step = step * scale
+      w.assign((w.detach() - step).cast(w.dtype))
     return self.b
+
+
+def LARS(params: list[Tensor], lr=0.001, momentum=0.9, weight_decay=1e-4, nesterov=False, classic=True,
+         tcoef=0.001) -> SGD:
+  """Layer-wise adaptive rate scaling (You et al., 2017): SGD with momentum whose step is scaled per parameter."""
+  return SGD(params, lr, momentum, weight_decay, nesterov, classic, tcoef)
 
 
 class AdamW(Optimizer):
@@ -116,3 +135,22 @@ class LAMB(AdamW):
 
   def __init__(self, params: list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0):
     super().__init__(params, lr, b1, b2, eps, weight_decay)
+
+
+class OptimizerGroup:
+  """Several optimizers stepped as one: `step()` realizes all their updates in one schedule."""
+  def __init__(self, *optimizers: Optimizer):
+    if not optimizers: raise ValueError("OptimizerGroup needs at least one optimizer")
+    self.optimizers = list(optimizers)
+    self.params = [p for o in self.optimizers for p in o.params]
+    self.buffers = [b for o in self.optimizers for b in o.buffers]
+
+  def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
+
+  def schedule_step(self) -> list[Tensor]: return [t for o in self.optimizers for t in o.schedule_step()]
+
+  def step(self) -> None:
+    Tensor.realize(*self.schedule_step())
+
+  def zero_grad(self) -> None:
+    for o in self.optimizers: o.zero_grad()

@@ -144,6 +144,23 @@ class Creation:
     """A random permutation of 0..n-1: the order that sorts n uniform draws (the sort compares n^2 pairs)."""
     return cls.rand(n, device=device).argsort().cast(to_dtype(dtype)).requires_grad_(requires_grad)
 
+  def multinomial(self, num_samples: int = 1, replacement: bool = False):
+    """Category indices (int32) drawn with probability proportional to the weights along the last axis of a 1-D
+    (`(num_samples,)`) or 2-D (`(rows, num_samples)`) tensor: a draw u in [0, 1) lands on the first category whose
+    cumulative share of the weight exceeds u (a category of weight 0 is never drawn)."""
+    if self.ndim not in (1, 2):
+      raise ValueError(f"multinomial takes a 1-D or 2-D tensor of weights, got shape {self.shape}")
+    if not isinstance(num_samples, int) or num_samples < 1:
+      raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    if not replacement and num_samples != 1:
+      raise ValueError("multinomial without replacement draws one sample per row (pass replacement=True for more)")
+    weights = (self if self.ndim == 2 else self.unsqueeze(0)).float()
+    cumulative = weights.cumsum(1)
+    shares = cumulative / cumulative[:, -1:]
+    draws = type(self).rand(weights.shape[0], num_samples, 1, device=self.device)
+    indices = (draws >= shares.unsqueeze(1)).sum(2).cast(dtypes.int32)
+    return indices if self.ndim == 2 else indices.squeeze(0)
+
   def rand_like(self, **kwargs):
     """Uniform numbers in [0, 1) of this tensor's shape, device and dtype (`Tensor.rand_like(t)` works as well)."""
     return type(self).rand(*self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})

@@ -472,3 +472,9 @@ class Reduce:
   def linear(self, weight, bias: Optional = None):
     out = self.mul(weight) if weight.ndim == 1 else self.dot(weight)
     return out if bias is None else out.add(bias)
+
+  def sequential(self, layers) -> "Tensor":
+    """This tensor passed through each callable in turn (`x.sequential([l1, Tensor.relu, l2])`)."""
+    out = self
+    for layer in layers: out = layer(out)
+    return out

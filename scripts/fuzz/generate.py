@@ -76,6 +76,11 @@ class Builder:
     self.program.dtypes.add(dtype)
     return v
 
+  def empty_sum(self, v: Value) -> Value:
+    """v sums over no element: the compiler makes it the constant 0, which folds 0 * x to 0 (S13)."""
+    v = self.values[int(v.name)] = replace(v, zero_constant=True)
+    return v
+
   def emit(self, v: Value, tensor_expr: str, numpy_expr: str, op: str) -> Value:
     self.program.add(f"t{v.name} = {tensor_expr}", f"n{v.name} = {numpy_expr}")
     self.program.ops.add(op)
@@ -331,6 +336,7 @@ class Builder:
     if bound is not None and out == "float16" and bound > 60000: bound = None
     nan = ref.is_float(out) and (x.nan or bound is None or (op == "mean" and count == 0))   # 0 / 0
     v = self.new(shape, out, None if nan else bound, nan=nan, terms=x.terms * count)
+    if op == "sum" and count == 0: v = self.empty_sum(v)
     return self.emit(v, f"t{x.name}.{op}({ax}{kd})", f"ref.{op}_(n{x.name}, {npax}, {keepdim}, {out!r})", op)
 
   def movement(self, x: Value) -> Value:
@@ -505,6 +511,7 @@ class Builder:
       shape = self._bshape(Value("", x.shape[:-2], "", 0), Value("", wshape[:-2], "", 0)) + (x.shape[-2], wshape[-1])
     bound = None if x.bound is None else x.bound * 3 * k
     v = self.new(shape, out, bound, x.nan or bound is None, x.terms * k)
+    if k == 0: v = self.empty_sum(v)
     return self.emit(v, f"(t{x.name} @ t{w.name})",
                      f"ref.matmul(n{x.name}, n{w.name}, {out!r})", "matmul")
 
@@ -573,6 +580,7 @@ class Builder:
       shape = tuple(x.shape[letters.index(l)] for l in out)
       v = self.new(shape, x.dtype, None if x.bound is None else x.bound * math.prod(x.shape), x.nan,
                    x.terms * max(1, math.prod(x.shape)))
+      if math.prod(x.shape) == 0: v = self.empty_sum(v)
       return self.emit(v, f"Tensor.einsum({letters + '->' + out!r}, t{x.name})",
                        f"ref.cast(ref.einsum({letters + '->' + out!r}, ref.cast(n{x.name}, 'float64')), {x.dtype!r})",
                        "einsum")
@@ -583,6 +591,7 @@ class Builder:
     shape = (x.shape[:-1] + other[1:]) if kind == "contract" else x.shape + other
     bound = None if x.bound is None else x.bound * 3 * (k if kind == "contract" else 1)
     v = self.new(shape, x.dtype, bound, x.nan or bound is None, x.terms * (k if kind == "contract" else 1))
+    if kind == "contract" and k == 0: v = self.empty_sum(v)
     return self.emit(v, f"Tensor.einsum({formula!r}, t{x.name}, t{y.name})",
                      f"ref.cast(ref.einsum({formula!r}, ref.cast(n{x.name}, 'float64'), ref.cast(n{y.name}, "
                      f"'float64')), {x.dtype!r})",

@@ -150,3 +150,28 @@ def test_the_reference_scans_signed_zeros_as_the_compiler_does(device):
     got, want = getattr(Tensor(x, device=device), op)(1).numpy(), ref.scan(op, x, 1, "float32")
     np.testing.assert_array_equal(got, want)
     assert np.signbit(got).tolist() == np.signbit(want).tolist(), op
+
+
+@pytest.mark.parametrize("device", DEVICES_HERE)
+def test_a_sum_over_nothing_is_the_constant_0_and_the_generator_knows(device):
+  # seed 160: an einsum contracting an axis of extent 0 is the constant 0, so dividing it by 0 folds to 0 (S13)
+  from scheduler import Tensor
+  nothing = np.zeros((0, 2), np.float32)
+  divisor = Tensor(np.array([True, False]), device=device)
+  for summed in (lambda: Tensor(nothing, device=device).sum(0),
+                 lambda: Tensor.einsum("a,az->z", Tensor(np.zeros(0, np.float32), device=device),
+                                       Tensor(nothing, device=device)),
+                 lambda: Tensor(nothing.T.copy(), device=device) @ Tensor(nothing, device=device)[:, :1].reshape(0, 1)):
+    assert (summed() / divisor[:1 if summed().ndim == 2 else 2]).numpy().tolist() in ([0.0, 0.0], [[0.0], [0.0]])
+  # every sum, matmul and einsum the generator writes over an empty operand is marked as the constant 0
+  marked = 0
+  for seed in range(300):
+    builder = generate.Builder(SeededChoices(seed), "values")
+    x = builder.input((0, 2), "float32", kind="normal")
+    out = builder.c.choice([builder.reduce, builder.matmul, builder.einsum])(x)
+    source = builder.program.source("f")
+    # x holds no element: a sum, product or einsum of it that is not empty itself sums nothing
+    if any(op in source for op in (".sum(", " @ ", "Tensor.einsum(")) and 0 not in out.shape:
+      assert out.zero_constant, source
+      marked += 1
+  assert marked > 10
