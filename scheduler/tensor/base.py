@@ -314,7 +314,9 @@ class TensorBase:
     return base.realized
 
   def tolist(self): return self.numpy().tolist()
-  def data(self): return memoryview(self.numpy().tobytes())
+  def data(self) -> memoryview:
+    """The values as a memoryview of the tensor's shape and element format (`t.data().tolist()`)."""
+    return memoryview(np.array(self.numpy(), order="C"))
 
   def item(self):
     if self.numel() != 1: raise ValueError("item() only works on a Tensor with one element")

@@ -237,3 +237,12 @@ def test_max_pool_indices_and_max_unpool_match_torchs_definition(k, stride, padd
   same(got, unpooled.reshape(2, 3, 7, 6))
   default = values.max_unpool2d(indices, k, stride=stride, padding=padding)
   assert default.shape[-2:] == tuple((n - 1) * stride - 2 * padding + k for n in values.shape[-2:])
+
+
+def test_data_is_a_memoryview_of_the_shape_and_element_format():
+  assert Tensor([1, 2]).data().tolist() == [1, 2] and Tensor([1, 2]).data().format == "i"
+  assert Tensor([[1.5, 2.0]]).data().tolist() == [[1.5, 2.0]]
+  assert Tensor(3).data().tolist() == 3 and Tensor(3).data().shape == ()
+  assert Tensor([True, False]).data().tolist() == [True, False]
+  assert Tensor.ones(0, 2).data().shape == (0, 2)
+  assert bytes(Tensor([1], dtype=dtypes.uint16).data()) == b"\x01\x00"
