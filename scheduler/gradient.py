@@ -8,7 +8,7 @@ derivatives themselves, written with the UOp builders.
 from __future__ import annotations
 import math
 from typing import Callable, Optional
-from scheduler.dtype import sum_acc_dtype
+from scheduler.dtype import dtypes, sum_acc_dtype
 from scheduler.helpers import argsort, Metadata
 from scheduler.ops import UOp, Ops, all_metadata
 
@@ -53,6 +53,13 @@ def _shrink(g: UOp, out: UOp) -> Grads:
   return (g.pad(tuple((begin, extent - end) for extent, (begin, end) in zip(out.src[0].shape, out.arg))),)
 
 
+def _cast(g: UOp, out: UOp) -> Grads:
+  """A cast between floats passes the gradient back; one through an int or a bool is piecewise constant (trunc,
+  floor, ceil and round have derivative 0, a comparison cast to float none)."""
+  source = out.src[0].dtype
+  return (g.cast(source),) if dtypes.is_float(source.scalar) and dtypes.is_float(out.dtype.scalar) else (None,)
+
+
 def _where(g: UOp, out: UOp) -> Grads:
   condition = out.src[0]
   zero = g.const_like(0)
@@ -66,7 +73,7 @@ LOCAL_GRADIENTS: dict[Ops, Callable[[UOp, UOp], Grads]] = {
   Ops.LOG2: lambda g, out: (g / (out.src[0] * LN2),),                        # log2(x)' = 1/(x ln 2)
   Ops.EXP2: lambda g, out: (out * g * LN2,),                                 # (2^x)' = 2^x ln 2
   Ops.SQRT: lambda g, out: (g / (out * 2),),                                 # sqrt(x)' = 1/(2 sqrt(x))
-  Ops.CAST: lambda g, out: (g.cast(out.src[0].dtype),),
+  Ops.CAST: _cast,
   Ops.BITCAST: lambda g, out: (None,),
   # binary and ternary
   Ops.ADD: lambda g, out: (g, g),

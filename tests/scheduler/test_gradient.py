@@ -75,6 +75,24 @@ FUNCS = [
               * Tensor.arange(35, dtype=dtypes.float64).reshape(5, 7)).sum()),
   ("conv_transpose2d",
    lambda t: (t.reshape(1, 1, 3, 4).conv_transpose2d(t[:2, :3].reshape(1, 1, 2, 3), stride=2, padding=1) ** 2).sum()),
+  # rounding is piecewise constant (derivative 0, as finite differences see it); a comparison cast to float carries none
+  ("rounding", lambda t: ((t * 3).round() * t + (t * 3).floor() * (t * 3).ceil() + (t * 3).trunc() * t).sum()),
+  ("comparison_cast", lambda t: ((t > 0).float() * t * t + (t < 0.5).cast(dtypes.float64).sum() * t).sum()),
+  # the orderings, scans and scatters of tinygrad's API
+  ("sort_topk", lambda t: (t.sort(1)[0] * Tensor.arange(4, dtype=dtypes.float64)).sum() + t.topk(2, 0)[0].sum() * 3),
+  ("cumprod_logcumsumexp", lambda t: (t.cumprod(1) * 2 + t.logcumsumexp(0)).sum()),
+  ("scatter_reduce",
+   lambda t: Tensor.ones(3, 4, dtype=dtypes.float64).scatter_reduce(1, Tensor([[0, 3], [1, 2], [2, 0]]), t[:, :2] * 2,
+                                                                    "prod").sum()
+             + t.scatter_reduce(1, Tensor([[0, 3], [1, 1], [2, 0]]), t[:, 2:] ** 2, "mean").sum()
+             + t.scatter_reduce(1, Tensor([[0, 3], [1, 2], [2, 0]]), t[:, 1:3] * 2, "amax").sum()),
+  ("roll_pad_modes", lambda t: (t.roll(2, 1) * t + t.pad((1, 2, 1, 1), mode="reflect").sum()
+                                + t.pad((2, 1, 0, 1), mode="replicate").square().sum()
+                                + t.pad((1, 1, 1, 0), mode="circular")[0].sum()).sum()),
+  ("unfold_repeat_interleave", lambda t: (t.unfold(1, 2, 1) ** 2).sum() + t.repeat_interleave(2, 0)[1:].sum() * 2),
+  ("max_unpool_masked_select",
+   lambda t: (Tensor.max_unpool2d(*t.reshape(1, 1, 3, 4).max_pool2d(2, return_indices=True), 2) * 3).sum()
+             + t.masked_select(Tensor(np.arange(12).reshape(3, 4) % 3 == 0)).square().sum()),
 ]
 
 
