@@ -140,6 +140,15 @@ MUTANTS = [
       "parts = [({axis: (0, start)}, False), *inner]"),
   bug("avx2_version_unused", CPU, 'if (__builtin_cpu_supports(\\"avx2\\"))',
       'if (0 && __builtin_cpu_supports(\\"avx2\\"))'),
+  # bfloat16, LARS and the cast gradient (added with them, before the corpus was run against them)
+  bug("c_bf16_truncates", CPU, "return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);",
+      "return (unsigned short)(u >> 16);"),
+  bug("lars_trust_ratio_inverted", OPT,
+      "return both.where(self.tcoef * weight_norm / (grad_norm + self.wd * weight_norm), 1.0)",
+      "return both.where(self.tcoef * grad_norm / (weight_norm + self.wd * grad_norm), 1.0)"),
+  bug("cast_gradient_through_ints", GRAD,
+      "return (g.cast(source),) if dtypes.is_float(source.scalar) and dtypes.is_float(out.dtype.scalar) else (None,)",
+      "return (g.cast(source),) if dtypes.is_float(source.scalar) or dtypes.is_float(out.dtype.scalar) else (None,)"),
   # equivalent refactors: none of these may fail the gate
   same("rename_local", (KERN, "emitted", "scheduled_kernels", 0)),
   same("rename_private_helper", (SYM, "_fold_nested", "_fold_repeated_op", 0)),

@@ -2,8 +2,8 @@
 from __future__ import annotations
 import os
 import numpy as np
-from scheduler import Tensor, Variable, nn
-from scheduler.nn.optim import SGD, Adam, AdamW
+from scheduler import Tensor, Variable, dtypes, nn
+from scheduler.nn.optim import LARS, SGD, Adam, AdamW
 from scheduler.nn.state import get_parameters, get_state_dict, safe_save, safe_load, load_state_dict
 from replay import replay_location
 from scripts.workloads.files import exclusive_folder
@@ -43,6 +43,25 @@ def mlp_sgd(steps: int = 5) -> dict:
   x, y = _data(0, (32, 16), 4)
   losses = train(model, SGD(get_parameters(model), lr=0.1, momentum=0.9, weight_decay=1e-3, nesterov=True), x, y, steps)
   return {"outputs": [model.l1.weight.numpy(), model(x).numpy()], "losses": losses}
+
+
+class AutocastMLP(MLP):
+  """The MLP computed in bfloat16 on float32 master weights, as mixed-precision training runs it: inputs and weights
+  cast down for the matmuls, the logits cast back up for the loss."""
+  def __call__(self, x: Tensor) -> Tensor:
+    def linear(layer, h): return h.linear(layer.weight.cast(dtypes.bfloat16).T, layer.bias.cast(dtypes.bfloat16))
+    hidden = linear(self.l1, x.cast(dtypes.bfloat16)).relu()
+    return linear(self.l2, hidden).cast(dtypes.float32)
+
+
+def bf16_lars(steps: int = 4) -> dict:
+  """A 2-layer MLP whose forward and backward run in bfloat16 on float32 master weights, trained with LARS (momentum,
+  weight decay, a per-layer trust ratio)."""
+  Tensor.manual_seed(5)
+  model = AutocastMLP()
+  x, y = _data(6, (32, 16), 4)
+  losses = train(model, LARS(get_parameters(model), lr=2.0, momentum=0.9, weight_decay=1e-4, tcoef=0.02), x, y, steps)
+  return {"outputs": [model.l1.weight.numpy(), model.l2.bias.numpy(), model(x).numpy()], "losses": losses}
 
 
 class CNN:

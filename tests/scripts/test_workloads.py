@@ -32,7 +32,7 @@ def test_workload_equal_on_cpu_and_python(name):
     assert losses[-1] < losses[0] and all(np.isfinite(losses))
 
 
-TRAINING = ["mlp_sgd", "cnn_adam", "transformer_adamw", "upsampling_decoder", "nll_classifier"]
+TRAINING = ["mlp_sgd", "bf16_lars", "cnn_adam", "transformer_adamw", "upsampling_decoder", "nll_classifier"]
 
 
 def test_training_workloads_report_losses():
@@ -341,3 +341,22 @@ def test_disk_workloads_wait_for_each_other_instead_of_truncating_a_mapped_file(
       raise
   out, _ = other.communicate(timeout=120)
   assert other.returncode == 0 and "1/1 workloads ok" in out, out
+
+
+def test_the_bfloat16_mlp_computes_its_first_loss_in_bfloat16():
+  from scheduler import Tensor
+  from scheduler.dtype import bf16_to_float32, float32_to_bf16
+  from scripts.workloads import models
+  got = WORKLOADS["bf16_lars"]()
+  Tensor.manual_seed(5)
+  model = models.AutocastMLP()
+  def bf16(a): return bf16_to_float32(float32_to_bf16(np.asarray(a, np.float32))).astype(np.float64)
+  x, y = (t.numpy() for t in models._data(6, (32, 16), 4))
+  w1, b1, w2, b2 = (t.numpy() for t in (model.l1.weight, model.l1.bias, model.l2.weight, model.l2.bias))
+  hidden = bf16(np.maximum(bf16(bf16(x) @ bf16(w1).T) + bf16(b1), 0))   # each op rounded to bfloat16
+  logits = bf16(bf16(hidden @ bf16(w2).T) + bf16(b2))
+  shifted = logits - logits.max(1, keepdims=True)
+  loss = -(shifted[np.arange(32), y] - np.log(np.exp(shifted).sum(1))).mean()
+  # the compiler rounds each product to bfloat16 before summing: within bfloat16's precision of the float64 sums
+  np.testing.assert_allclose(got["losses"][0], loss, rtol=2e-2)
+  assert got["losses"][-1] < got["losses"][0] - 0.1
