@@ -20,7 +20,7 @@ class DType:
   fmt: str | None
   count: int = 1
 
-  def __repr__(self): return f"dtypes.{self.name}"
+  def __repr__(self): return f"dtypes.{'bfloat16' if self.name == '__bf16' else self.name}"   # its C name is __bf16
   def __lt__(self, o: DType): return (self.priority, self.itemsize, self.name) < (o.priority, o.itemsize, o.name)
   @property
   def base(self) -> DType: return self

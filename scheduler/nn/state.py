@@ -1,10 +1,11 @@
-"""Model state: parameters and state dicts by attribute path, and safetensors files (written with
-plain file I/O, read back through the DISK device)."""
+"""Model state: parameters and state dicts by attribute path, safetensors files (written with plain file I/O, read
+back through the DISK device) and PyTorch checkpoints (read only, `nn/torch_file.py`)."""
 from __future__ import annotations
 import json, os, pathlib, struct
 from typing import Any, Iterable, Optional
 from scheduler.tensor import Tensor
 from scheduler.dtype import dtypes
+from scheduler.nn import torch_file
 
 _ST_DTYPES = {"F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
               "I64": dtypes.int64,
@@ -86,3 +87,8 @@ def safe_load(fn: str | os.PathLike) -> dict[str, Tensor]:
     start, end = v["data_offsets"]
     out[k] = t[8 + json_len + start:8 + json_len + end].bitcast(dtype).reshape(v["shape"])
   return out
+
+
+def torch_load(fn: str | os.PathLike) -> dict[str, Tensor]:
+  """The tensors of a `torch.save` checkpoint (a state dict, or whatever dict was saved), without torch."""
+  return torch_file.load(Tensor, fn)
