@@ -1,7 +1,7 @@
 """Model state: parameters and state dicts by attribute path, safetensors files (written with plain file I/O, read
-back through the DISK device) and PyTorch checkpoints (read only, `nn/torch_file.py`)."""
+back through the DISK device), PyTorch checkpoints (read only, `nn/torch_file.py`) and tar archives (read only)."""
 from __future__ import annotations
-import json, os, pathlib, struct
+import io, json, os, pathlib, struct, tarfile
 from typing import Any, Iterable, Optional
 from scheduler.tensor import Tensor
 from scheduler.dtype import dtypes
@@ -92,3 +92,18 @@ def safe_load(fn: str | os.PathLike) -> dict[str, Tensor]:
 def torch_load(fn: str | os.PathLike) -> dict[str, Tensor]:
   """The tensors of a `torch.save` checkpoint (a state dict, or whatever dict was saved), without torch."""
   return torch_file.load(Tensor, fn)
+
+
+def tar_extract(source: "Tensor | str | os.PathLike") -> dict[str, Tensor]:
+  """The regular files of an uncompressed tar archive by name, as uint8 tensors: views of the file on the DISK device
+  when `source` is a path (or a DISK tensor of one), slices of the tensor otherwise."""
+  if isinstance(source, Tensor):
+    data = source if source.dtype == dtypes.uint8 else source.bitcast(dtypes.uint8)
+    name, opened = "the tensor", lambda: tarfile.open(fileobj=io.BytesIO(data.numpy().tobytes()), mode="r:")
+  else:
+    data = Tensor(pathlib.Path(source), dtype=dtypes.uint8)
+    name, opened = os.fspath(source), lambda: tarfile.open(os.fspath(source), mode="r:")
+  try:
+    with opened() as archive: members = archive.getmembers()
+  except tarfile.TarError as e: raise ValueError(f"{name} is not an uncompressed tar archive ({e})") from None
+  return {m.name: data[m.offset_data:m.offset_data + m.size] for m in members if m.isfile()}

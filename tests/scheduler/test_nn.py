@@ -2,7 +2,7 @@
 through safetensors (bit-exact)."""
 import numpy as np
 import pytest
-from scheduler import Tensor, nn, Device
+from scheduler import Tensor, dtypes, nn, Device
 from scheduler.nn.optim import SGD, Adam, AdamW
 from scheduler.nn.state import get_state_dict, safe_save, safe_load, load_state_dict
 
@@ -133,3 +133,27 @@ def test_layers_against_numpy():
   np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * mean, rtol=1e-5, atol=1e-6)
   emb = nn.Embedding(5, 2)
   np.testing.assert_allclose(emb(Tensor([[4, 0]])).numpy(), emb.weight.numpy()[[[4, 0]]])
+
+
+def test_tar_extract_gives_each_file_as_bytes(tmp_path):
+  import io, pathlib, tarfile
+  from scheduler.nn.state import tar_extract
+  files = {"weights.bin": np.arange(300, dtype=np.float32).tobytes(), "dir/notes.txt": b"hello", "empty": b""}
+  with tarfile.open(tmp_path / "a.tar", "w") as archive:
+    for name, data in files.items():
+      info = tarfile.TarInfo(name)
+      info.size = len(data)
+      archive.addfile(info, io.BytesIO(data))
+    folder = tarfile.TarInfo("dir")
+    folder.type = tarfile.DIRTYPE
+    archive.addfile(folder)
+  raw = (tmp_path / "a.tar").read_bytes()
+  for source in (tmp_path / "a.tar", str(tmp_path / "a.tar"), Tensor(pathlib.Path(tmp_path / "a.tar")),
+                 Tensor(np.frombuffer(raw, np.uint8))):
+    got = tar_extract(source)
+    assert sorted(got) == sorted(files)   # the folder is not a file
+    for name, data in files.items(): assert got[name].numpy().tobytes() == data
+  weights = tar_extract(tmp_path / "a.tar")["weights.bin"].bitcast(dtypes.float32)
+  assert weights.numpy().tolist() == list(range(300))
+  (tmp_path / "b.tar.gz").write_bytes(b"\x1f\x8b not a plain tar")
+  with pytest.raises(ValueError, match="not an uncompressed tar archive"): tar_extract(tmp_path / "b.tar.gz")
