@@ -448,7 +448,9 @@ class Builder:
       if axis == len(axes): break
       extent = axes[axis]
       if c.boolean(0.1): tensor_parts.append("None"); numpy_parts.append("None"); shape.append(1)
-      if axis == tensor_axis and extent > 0:
+      # an int tensor index is a one-hot mask over the axis, whose arange the PYTHON device sums in n^2 positions
+      # (seed 162: 262144 of them ran for minutes); longer axes are sliced instead, as gather does
+      if axis == tensor_axis and 0 < extent <= 4096:
         picks = [c.integer(-extent, extent - 1) for _ in range(c.integer(1, 4))]
         tensor_parts.append(f"Tensor({picks!r}, device=DEV)")
         numpy_parts.append(f"np.array({picks!r})")

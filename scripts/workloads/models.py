@@ -64,6 +64,42 @@ def bf16_lars(steps: int = 4) -> dict:
   return {"outputs": [model.l1.weight.numpy(), model.l2.bias.numpy(), model(x).numpy()], "losses": losses}
 
 
+class CharLSTM:
+  """A character-level language model: an embedding, an LSTM cell unrolled over the sequence, a linear head."""
+  def __init__(self, vocab=12, embed=8, hidden=16):
+    self.emb, self.cell, self.head = nn.Embedding(vocab, embed), nn.LSTMCell(embed, hidden), nn.Linear(hidden, vocab)
+
+  def __call__(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """Logits of each next token (batch, steps, vocab) and the last hidden state."""
+    state, logits = None, []
+    for step in range(tokens.shape[1]):
+      state = self.cell(self.emb(tokens[:, step]), state)
+      logits.append(self.head(state[0]))
+    return Tensor.stack(*logits, dim=1), state[0]
+
+
+LSTM_SEQUENCE = 6
+
+
+def lstm_bptt(steps: int = 2) -> dict:
+  """A character-level LSTM language model unrolled over 6 steps, trained with Adam by backpropagation through time
+  on random sequences of 12 symbols."""
+  Tensor.manual_seed(7)
+  model = CharLSTM()
+  tokens = Tensor(np.random.default_rng(8).integers(0, 12, (4, LSTM_SEQUENCE + 1)).astype(np.int32)).realize()
+  opt, losses = Adam(get_parameters(model), lr=0.03), []
+  with Tensor.train():
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        opt.zero_grad()
+        logits, last = model(tokens[:, :-1])
+        loss = logits.sparse_categorical_crossentropy(tokens[:, 1:])
+        loss.backward()
+        Tensor.realize(loss, *opt.schedule_step())
+        losses.append(loss.item())
+  return {"outputs": [model.head.weight.numpy(), last.numpy()], "losses": losses}
+
+
 class CNN:
   def __init__(self):
     # no conv bias: batchnorm cancels it, its gradient is rounding noise, and Adam would amplify that noise

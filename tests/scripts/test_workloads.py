@@ -32,7 +32,8 @@ def test_workload_equal_on_cpu_and_python(name):
     assert losses[-1] < losses[0] and all(np.isfinite(losses))
 
 
-TRAINING = ["mlp_sgd", "bf16_lars", "cnn_adam", "transformer_adamw", "upsampling_decoder", "nll_classifier"]
+TRAINING = ["mlp_sgd", "bf16_lars", "lstm_bptt", "cnn_adam", "transformer_adamw", "upsampling_decoder",
+            "nll_classifier"]
 
 
 def test_training_workloads_report_losses():
@@ -360,3 +361,26 @@ def test_the_bfloat16_mlp_computes_its_first_loss_in_bfloat16():
   # the compiler rounds each product to bfloat16 before summing: within bfloat16's precision of the float64 sums
   np.testing.assert_allclose(got["losses"][0], loss, rtol=2e-2)
   assert got["losses"][-1] < got["losses"][0] - 0.1
+
+
+def test_the_lstm_language_model_computes_its_first_loss_as_numpy():
+  from scheduler import Tensor
+  from scripts.workloads import models
+  got = WORKLOADS["lstm_bptt"]()
+  Tensor.manual_seed(7)
+  model = models.CharLSTM()
+  tokens = np.random.default_rng(8).integers(0, 12, (4, models.LSTM_SEQUENCE + 1))
+  table = model.emb.weight.numpy().astype(np.float64)
+  w_ih, w_hh = model.cell.weight_ih.numpy().astype(np.float64), model.cell.weight_hh.numpy().astype(np.float64)
+  w_out, b_out = model.head.weight.numpy().astype(np.float64), model.head.bias.numpy().astype(np.float64)
+  def sigmoid(v): return 1 / (1 + np.exp(-v))
+  h, c, losses = np.zeros((4, 16)), np.zeros((4, 16)), []
+  for step in range(models.LSTM_SEQUENCE):
+    i, f, g, o = np.split(table[tokens[:, step]] @ w_ih.T + h @ w_hh.T, 4, axis=1)   # torch's gate order
+    c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+    h = sigmoid(o) * np.tanh(c)
+    logits = h @ w_out.T + b_out
+    shifted = logits - logits.max(1, keepdims=True)
+    losses.append(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(4), tokens[:, step + 1]])
+  np.testing.assert_allclose(got["losses"][0], np.mean(losses), rtol=1e-5)
+  assert got["losses"][-1] < got["losses"][0]
