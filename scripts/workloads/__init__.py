@@ -1,7 +1,7 @@
 """The bundled workload corpus: small deterministic programs that exercise the compiler the way its users do
-(training loops, bfloat16 mixed precision, a recurrent model, attention, symbolic shapes, DISK, integer and view edge
-cases, layers at real sizes, mixed dtypes, deep residual and transformer stacks, the reference rows), each also on
-the PYTHON runtime and under the scheduler flags that select other rules.
+(training loops, bfloat16 mixed precision, a recurrent model, image registration by bilinear warps, attention,
+symbolic shapes, DISK, integer and view edge cases, layers at real sizes, mixed dtypes, deep residual and transformer
+stacks, the reference rows), each also on the PYTHON runtime and under the scheduler flags that select other rules.
 
 Each workload is a function returning {"outputs": [np.ndarray...], "losses": [float...]} (losses only
 for training workloads); `python -m scripts.workloads` runs them.
@@ -33,7 +33,7 @@ def reference_rows() -> list[dict]:
 
 WORKLOADS: dict[str, Callable[[], dict]] = {
   "mlp_sgd": models.mlp_sgd, "cnn_adam": models.cnn_adam, "transformer_adamw": models.transformer_adamw,
-  "bf16_lars": models.bf16_lars, "lstm_bptt": models.lstm_bptt,
+  "bf16_lars": models.bf16_lars, "lstm_bptt": models.lstm_bptt, "warp_registration": models.warp_registration,
   "symbolic_seq": models.symbolic_seq, "disk_state_dict": models.disk_state_dict,
   "int_arith_negative": edge_cases.int_arith_negative, "nested_views": edge_cases.nested_views,
   "assign_orderings": edge_cases.assign_orderings, "big_reductions": edge_cases.big_reductions,

@@ -100,6 +100,48 @@ def lstm_bptt(steps: int = 2) -> dict:
   return {"outputs": [model.head.weight.numpy(), last.numpy()], "losses": losses}
 
 
+WARP_SIZE = 8
+# near the identity but off the pixel grid: at whole-pixel coordinates bilinear sampling has a kink
+WARP_START = [[1.0, 0.02, 0.13], [-0.03, 1.0, -0.07]]
+
+
+def bilinear_warp(image: Tensor, theta: Tensor) -> Tensor:
+  """`image` (H, W) sampled at the affine transform `theta` (2x3, pixel units about the centre) of its own pixel grid,
+  by bilinear interpolation written out as users write it: floor for the corner, the fraction for the weights, gathers
+  of the four corners (coordinates clamped to the image)."""
+  size = image.shape[0]
+  centre = (size - 1) / 2
+  ys, xs = Tensor.meshgrid(Tensor.arange(size).float() - centre, Tensor.arange(size).float() - centre)
+  grid = Tensor.stack(xs.flatten(), ys.flatten(), Tensor.ones(size * size))   # (3, H*W)
+  x, y = ((theta @ grid) + centre).clip(0, size - 1.001)                       # source coordinates
+  x0, y0 = x.floor(), y.floor()
+  wx, wy = x - x0, y - y0
+  flat, corner = image.flatten(), (y0 * size + x0).cast(dtypes.int32)
+  def at(offset: int) -> Tensor: return flat.gather(0, corner + offset)
+  top = at(0) * (1 - wx) + at(1) * wx
+  bottom = at(size) * (1 - wx) + at(size + 1) * wx
+  return (top * (1 - wy) + bottom * wy).reshape(size, size)
+
+
+def warp_registration(steps: int = 3) -> dict:
+  """Image registration as spatial-transformer code does it: an affine warp of an 8x8 image by bilinear sampling,
+  its 2x3 parameters fitted by SGD to a target (the gradient reaches them through the sampling weights)."""
+  rng = np.random.default_rng(10)
+  image = Tensor(rng.standard_normal((WARP_SIZE, WARP_SIZE)).astype(np.float32)).realize()
+  target = bilinear_warp(image, Tensor([[0.95, 0.1, 0.4], [-0.1, 1.05, -0.3]])).realize()
+  theta = Tensor(WARP_START, requires_grad=True)
+  opt, losses = SGD([theta], lr=0.02, momentum=0.5), []
+  with Tensor.train():
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        opt.zero_grad()
+        loss = (bilinear_warp(image, theta) - target).square().mean()
+        loss.backward()
+        Tensor.realize(loss, *opt.schedule_step())
+        losses.append(loss.item())
+  return {"outputs": [theta.numpy(), bilinear_warp(image, theta).numpy()], "losses": losses}
+
+
 class CNN:
   def __init__(self):
     # no conv bias: batchnorm cancels it, its gradient is rounding noise, and Adam would amplify that noise

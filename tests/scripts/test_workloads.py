@@ -32,8 +32,8 @@ def test_workload_equal_on_cpu_and_python(name):
     assert losses[-1] < losses[0] and all(np.isfinite(losses))
 
 
-TRAINING = ["mlp_sgd", "bf16_lars", "lstm_bptt", "cnn_adam", "transformer_adamw", "upsampling_decoder",
-            "nll_classifier"]
+TRAINING = ["mlp_sgd", "bf16_lars", "lstm_bptt", "warp_registration", "cnn_adam", "transformer_adamw",
+            "upsampling_decoder", "nll_classifier"]
 
 
 def test_training_workloads_report_losses():
@@ -383,4 +383,36 @@ def test_the_lstm_language_model_computes_its_first_loss_as_numpy():
     shifted = logits - logits.max(1, keepdims=True)
     losses.append(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(4), tokens[:, step + 1]])
   np.testing.assert_allclose(got["losses"][0], np.mean(losses), rtol=1e-5)
+  assert got["losses"][-1] < got["losses"][0]
+
+
+def warp_by_numpy(image: np.ndarray, theta: np.ndarray) -> np.ndarray:
+  """The bilinear warp of scripts/workloads/models.py, in float64."""
+  size = image.shape[0]
+  centre = (size - 1) / 2
+  ys, xs = np.meshgrid(np.arange(size) - centre, np.arange(size) - centre, indexing="ij")
+  grid = np.stack([xs.ravel(), ys.ravel(), np.ones(size * size)])
+  x, y = np.clip(theta @ grid + centre, 0, size - 1.001)
+  x0, y0 = np.floor(x), np.floor(y)
+  wx, wy, flat, corner = x - x0, y - y0, image.ravel(), (y0 * size + x0).astype(int)
+  top = flat[corner] * (1 - wx) + flat[corner + 1] * wx
+  bottom = flat[corner + size] * (1 - wx) + flat[corner + size + 1] * wx
+  return (top * (1 - wy) + bottom * wy).reshape(size, size)
+
+
+def test_the_warp_registration_gradient_reaches_the_transform():
+  # the gradient flows through the sampling weights x - floor(x) (floor has derivative 0) and around the gathers
+  from scheduler import Tensor
+  from scripts.fuzz.reference import central_difference
+  from scripts.workloads import models
+  got = WORKLOADS["warp_registration"]()
+  image = np.random.default_rng(10).standard_normal((8, 8)).astype(np.float32).astype(np.float64)
+  target = warp_by_numpy(image, np.array([[0.95, 0.1, 0.4], [-0.1, 1.05, -0.3]]))
+  def loss(theta): return ((warp_by_numpy(image, theta) - target) ** 2).mean()
+  start = np.array(models.WARP_START)
+  np.testing.assert_allclose(got["losses"][0], loss(start), rtol=1e-5)
+  theta = Tensor(start.astype(np.float32), requires_grad=True)
+  (models.bilinear_warp(Tensor(image.astype(np.float32)), theta) - Tensor(target.astype(np.float32))).square().mean() \
+    .backward()
+  np.testing.assert_allclose(theta.grad.numpy(), central_difference(loss, start, 1e-7), rtol=2e-3, atol=1e-5)
   assert got["losses"][-1] < got["losses"][0]
