@@ -57,7 +57,7 @@ class Elementwise:
     return _on_magnitude(x, half_to_even)
 
   def clip(self, min_=None, max_=None):
-    if (min_, max_) == (None, None): raise RuntimeError("at least one of 'min_' or 'max_' must not be None")
+    if min_ is None and max_ is None: raise RuntimeError("at least one of 'min_' or 'max_' must not be None")
     out = self
     if min_ is not None: out = out.maximum(min_)
     if max_ is not None: out = out.minimum(max_)

@@ -246,3 +246,10 @@ def test_data_is_a_memoryview_of_the_shape_and_element_format():
   assert Tensor([True, False]).data().tolist() == [True, False]
   assert Tensor.ones(0, 2).data().shape == (0, 2)
   assert bytes(Tensor([1], dtype=dtypes.uint16).data()) == b"\x01\x00"
+
+
+def test_clip_takes_tensor_bounds():
+  x, low, high = np.array([1.0, 2.0, 3.0], np.float32), np.array([2.0, 0.0, 2.5], np.float32), np.float32(2.5)
+  same(Tensor(x).clip(min_=Tensor(low), max_=2.5), np.clip(x, low, high))   # a Tensor was compared with None
+  same(Tensor(x).clamp(max_=Tensor(low)), np.minimum(x, low))
+  with pytest.raises(RuntimeError, match="at least one"): Tensor(x).clip()
