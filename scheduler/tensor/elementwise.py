@@ -152,11 +152,20 @@ class Elementwise:
     return rounded.cast(quotient.dtype if not dtypes.is_int(top.dtype) else top.dtype)
 
   def mod(self, x, reverse=False):
-    """Python's modulo (the result has the divisor's sign), from the IR's C-style remainder."""
+    """Python's modulo (the result has the divisor's sign): from the IR's C-style remainder for ints, as
+    a - floor(a / b) * b for floats (C has no float %; torch.remainder computes the same)."""
     dividend, divisor = self._broadcasted(x, reverse)
+    if dtypes.is_float(dividend.dtype): return dividend - (dividend / divisor).floor() * divisor
     rem = dividend._apply_uop(lambda u, v: u.alu(Ops.MOD, v), divisor)
     fix = ((rem > 0) & (divisor < 0)) | ((rem < 0) & (divisor > 0))
     return rem + divisor * fix
+
+  def idiv(self, x, reverse=False):
+    """`a // b`: ints truncate toward zero (C's division, the reference's); floats are floored, as Python's and
+    numpy's // (there is no float integer division in C: the IR's IDIV is for ints)."""
+    top, bottom = self._broadcasted(x, reverse)
+    if dtypes.is_float(top.dtype): return (top / bottom).floor()
+    return top._binop(Ops.IDIV, bottom)
 
   def bitwise_not(self):
     if self.dtype == dtypes.bool: return self.logical_not()
@@ -401,7 +410,7 @@ _COMPOSED = {
 for _name, _definition in _COMPOSED.items(): setattr(Elementwise, _name, _definition)
 
 # binary ops that are one ALU op after broadcasting: name -> op (reverse=True puts the tensor on the right)
-_ONE_OP = {"add": Ops.ADD, "mul": Ops.MUL, "idiv": Ops.IDIV, "xor": Ops.XOR, "bitwise_and": Ops.AND,
+_ONE_OP = {"add": Ops.ADD, "mul": Ops.MUL, "xor": Ops.XOR, "bitwise_and": Ops.AND,
            "bitwise_or": Ops.OR}
 
 
@@ -450,5 +459,6 @@ for _name in ("add", "sub", "mul", "truediv", "pow"):
   setattr(Elementwise, f"__i{_name}__", _in_place(_OPERATORS[_name]))
 Elementwise.__neg__ = lambda self: self.neg()
 Elementwise.__invert__ = lambda self: self.bitwise_not()
+Elementwise.__abs__ = lambda self: self.abs()
 Elementwise.__lshift__ = _forward("lshift")
 Elementwise.__rshift__ = _forward("rshift")

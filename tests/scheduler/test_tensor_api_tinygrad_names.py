@@ -253,3 +253,20 @@ def test_clip_takes_tensor_bounds():
   same(Tensor(x).clip(min_=Tensor(low), max_=2.5), np.clip(x, low, high))   # a Tensor was compared with None
   same(Tensor(x).clamp(max_=Tensor(low)), np.minimum(x, low))
   with pytest.raises(RuntimeError, match="at least one"): Tensor(x).clip()
+
+
+def test_float_floor_division_and_modulo_follow_python():
+  # C has no float %: it failed to compile; float // gave the unrounded quotient
+  a = np.array([7.5, -7.5, 3.0, -2.25, 5.0, 1e6 + 0.5], np.float32)
+  b = np.array([2.0, 2.0, -2.0, 0.5, 0.0, 3.0], np.float32)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    same(Tensor(a) % Tensor(b), np.mod(a, b))
+    same(Tensor(a) // Tensor(b), np.floor_divide(a, b))
+  same(7.5 % Tensor(b[:4]), np.mod(np.float32(7.5), b[:4]))
+  same(Tensor(a[:4]) // 2, np.floor_divide(a[:4], np.float32(2)))
+  same(abs(Tensor(a)), np.abs(a))
+  assert (Tensor([7, -7]) // 2).tolist() == [3, -3] and (Tensor([7, -7]) % 3).tolist() == [1, 2]   # ints as before
+  # remainder's derivatives: 1 for the dividend, -floor(a / b) for the divisor
+  x, y = Tensor([7.5, -7.5], requires_grad=True), Tensor([2.0, 2.0], requires_grad=True)
+  (x % y).sum().backward()
+  assert x.grad.tolist() == [1.0, 1.0] and y.grad.tolist() == [-3.0, 4.0]
