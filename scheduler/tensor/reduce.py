@@ -340,6 +340,7 @@ class Reduce:
     if groups * cin != channels or self.ndim != weight.ndim:
       raise ValueError(f"input shape {self.shape} does not match the shape of the weights {weight.shape} "
                        f"({groups * cin} vs. {channels})")
+    if isinstance(padding, str): padding = _named_conv_padding(padding, kernel, stride, dilation)
     windows = self.pad(self._resolve_pool_pads(padding, len(kernel)))._pool(kernel, stride, dilation)
     out = windows.shape[2:2 + len(kernel)]
     per_group, no, nk = cout // groups, len(out), len(kernel)
@@ -478,3 +479,17 @@ class Reduce:
     out = self
     for layer in layers: out = layer(out)
     return out
+
+
+def _named_conv_padding(name: str, kernel: tuple, stride, dilation) -> list[int]:
+  """torch's padding names as flat pads (last axis first): 'valid' none, 'same' the output as large as the input
+  (dilation * (k - 1) in all, the odd one after), for stride 1 only."""
+  if name == "valid": return [0] * (2 * len(kernel))
+  if name != "same": raise ValueError(f"padding must be 'same', 'valid', an int or a sequence of ints, got {name!r}")
+  if any(s != 1 for s in make_tuple(stride, len(kernel))):
+    raise ValueError(f"padding='same' needs stride 1, got stride={stride}")
+  pads = []
+  for k, d in reversed(list(zip(kernel, make_tuple(dilation, len(kernel))))):
+    total = d * (k - 1)
+    pads += [total // 2, total - total // 2]
+  return pads

@@ -270,3 +270,16 @@ def test_float_floor_division_and_modulo_follow_python():
   x, y = Tensor([7.5, -7.5], requires_grad=True), Tensor([2.0, 2.0], requires_grad=True)
   (x % y).sum().backward()
   assert x.grad.tolist() == [1.0, 1.0] and y.grad.tolist() == [-3.0, 4.0]
+
+
+def test_conv2d_padding_by_name():
+  # torch's 'same' puts the odd pad after (k=4: 1 before, 2 after; checked against torch.nn.functional.conv2d)
+  x, w = rng.standard_normal((1, 2, 7, 6)).astype(np.float32), rng.standard_normal((3, 2, 4, 3)).astype(np.float32)
+  explicit = Tensor(x).conv2d(Tensor(w), dilation=(1, 2), padding=(2, 2, 1, 2))
+  same(Tensor(x).conv2d(Tensor(w), dilation=(1, 2), padding="same"), explicit.numpy())
+  assert Tensor(x).conv2d(Tensor(w), padding="same").shape == (1, 3, 7, 6)
+  same(Tensor(x).conv2d(Tensor(w), padding="valid"), Tensor(x).conv2d(Tensor(w)).numpy())
+  from scheduler import nn
+  assert nn.Conv1d(2, 3, 4, padding="same")(Tensor.ones(1, 2, 9)).shape == (1, 3, 9)
+  with pytest.raises(ValueError, match="needs stride 1"): Tensor(x).conv2d(Tensor(w), padding="same", stride=2)
+  with pytest.raises(ValueError, match="'same', 'valid'"): Tensor(x).conv2d(Tensor(w), padding="full")
