@@ -14,7 +14,7 @@ Update rules (g the gradient, lr the learning rate, t the step count):
 """
 from __future__ import annotations
 from scheduler.tensor import Tensor
-from scheduler.dtype import dtypes
+from scheduler.dtype import dtypes, least_upper_dtype
 from scheduler.helpers import dedup
 
 
@@ -106,8 +106,10 @@ class AdamW(Optimizer):
     # b1^t and b2^t, kept as tensors so that the step count lives on the device
     self.b1_t = Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous()
     self.b2_t = Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous()
-    self.m = [_state_like(p, dtypes.float32) for p in self.params]
-    self.v = [_state_like(p, dtypes.float32) for p in self.params]
+    # moments in float32, or in the parameter's dtype when it is wider (float64 parameters got float32 moments, and the
+    # float64 gradient could not be assigned into them)
+    self.m = [_state_like(p, least_upper_dtype(p.dtype, dtypes.float32)) for p in self.params]
+    self.v = [_state_like(p, least_upper_dtype(p.dtype, dtypes.float32)) for p in self.params]
 
   def _update(self, grads: list[Tensor]) -> list[Tensor]:
     self.b1_t *= self.b1

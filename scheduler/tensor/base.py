@@ -52,7 +52,9 @@ def _reaches(roots: list[UOp], targets) -> dict[UOp, bool]:
 
 
 def apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
-  """Point every live tensor whose graph contains a replaced UOp at the replacement (linear in the live graphs)."""
+  """Point every live tensor whose graph contains a replaced UOp at the replacement (linear in the live graphs). A
+  tensor computed from others that require grad keeps the graph it had (`_computed_from`), so that a gradient taken
+  after realizing it still reaches them (`ret.realize(); ret.sum().backward()`, as the reference's tests do)."""
   if not becomes: return
   live = _live_tensors()
   reaches = _reaches([t.lazydata for t in live], becomes)
@@ -60,7 +62,35 @@ def apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   if affected:
     # one substitution over all affected graphs, so shared subgraphs are rewritten once
     rewritten = UOp.sink(*[t.lazydata for t in affected]).substitute(becomes).src
-    for t, new in zip(affected, rewritten): t.lazydata = new
+    trainable = {t.lazydata for t in live if t.requires_grad}
+    differentiable = _reaches([t.lazydata for t in affected if t.requires_grad], trainable) if trainable else {}
+    # not an assigned tensor: a parameter updated in place is a new leaf, not a function of its old value
+    kept = [t.requires_grad and t._computed_from is not ASSIGNED and any(differentiable.get(s) for s in t.lazydata.src)
+            for t in affected]
+    # in a kept graph, what was realized and is not kept is read from its buffer (a leaf stays the target it is)
+    as_read = {t.lazydata: new for t, new, keep in zip(affected, rewritten, kept) if not keep and new is not t.lazydata}
+    for t, new, keep in zip(affected, rewritten, kept):
+      if keep: t._computed_from = t.lazydata.substitute(as_read) if as_read else t.lazydata
+      elif new is not t.lazydata and t._computed_from is not ASSIGNED: t._computed_from = None
+      t.lazydata = new
+
+
+def _as_computed(u: UOp, realized: dict[UOp, UOp]) -> UOp:
+  """`u` with each realized tensor's buffer replaced by the graph that computed it (transitively)."""
+  for _ in range(len(realized) + 1):
+    expanded = u.substitute(realized)
+    if expanded is u: return u
+    u = expanded
+  return u
+
+
+def _realized_graphs() -> dict[UOp, UOp]:
+  return {t.lazydata: t._computed_from for t in _live_tensors() if isinstance(t._computed_from, UOp)}
+
+
+# `_computed_from` of a tensor written by assign (an optimizer's parameter): its gradient is taken as a leaf, never
+# through the update that made it (whose buffers the next step overwrites)
+ASSIGNED = "assigned"
 
 
 def _describe(t: TensorBase) -> str:
@@ -132,7 +162,7 @@ def broadcast_shape(*shapes: tuple) -> tuple:
 
 class TensorBase:
   """A lazily evaluated multi-dimensional array; see tinygrad's Tensor for the semantics."""
-  __slots__ = ("lazydata", "requires_grad", "grad", "_origin", "__weakref__")
+  __slots__ = ("lazydata", "requires_grad", "grad", "_origin", "_computed_from", "__weakref__")
   training: bool = False
   no_grad: bool = False
 
@@ -144,6 +174,7 @@ class TensorBase:
     device = Device.canonicalize(device)
     self.grad: Optional[TensorBase] = None
     self.requires_grad: Optional[bool] = requires_grad
+    self._computed_from: Optional[UOp | str] = None   # a realized tensor's graph, for gradients (apply_becomes_map)
     uop = self._uop_from(data, dtype, device)
     self.lazydata: UOp = uop if uop.device == device else uop.copy_to_device(device)
     # where the program made this tensor (only while capturing: reports name outputs by it)
@@ -265,7 +296,7 @@ class TensorBase:
 
   def replace(self, x: TensorBase) -> TensorBase:
     if self.shape != x.shape: raise ValueError(f"replace shape mismatch {self.shape} != {x.shape}")
-    self.lazydata = x.lazydata
+    self.lazydata, self._computed_from = x.lazydata, None
     return self
 
   def assign(self, x) -> TensorBase:
@@ -282,6 +313,7 @@ class TensorBase:
     if x.requires_grad: raise ValueError("cannot assign a tensor that requires grad")
     if self.lazydata.is_realized: self.lazydata = self.lazydata.assign(x.lazydata)
     else: self.lazydata = x.lazydata   # nothing to write into yet: this tensor simply becomes x
+    self._computed_from = ASSIGNED
     return self
 
   def detach(self) -> TensorBase:
@@ -353,8 +385,9 @@ class TensorBase:
     if gradient is None and self.shape != ():
       raise RuntimeError("when no gradient is provided, backward must be called on a scalar tensor")
     seed = gradient.lazydata if gradient is not None else UOp.const(self.dtype, 1.0, self.device, ())
-    wanted = [t.lazydata for t in targets]
-    grads = compute_gradient(self.lazydata, seed, set(wanted))
+    realized = _realized_graphs()
+    wanted = [realized.get(t.lazydata, t.lazydata) for t in targets]
+    grads = compute_gradient(_as_computed(self.lazydata, realized), seed, set(wanted))
     out = []
     for t, u in zip(targets, wanted):
       g = grads.get(u)
@@ -367,8 +400,10 @@ class TensorBase:
 
   def backward(self, gradient: Optional[TensorBase] = None) -> TensorBase:
     """Accumulate d self / d t into t.grad for every live tensor t in the graph that requires grad."""
-    in_graph = self.lazydata.toposort
-    needing = [] if type(self).no_grad else [t for t in _live_tensors() if t.requires_grad and t.lazydata in in_graph]
+    realized = _realized_graphs()
+    in_graph = _as_computed(self.lazydata, realized).toposort
+    needing = [] if type(self).no_grad else [t for t in _live_tensors()
+                                             if t.requires_grad and realized.get(t.lazydata, t.lazydata) in in_graph]
     if not needing: raise RuntimeError("backward() found no tensor with requires_grad=True in the graph")
     for t, g in zip(needing, self.gradient(*needing, gradient=gradient, materialize_grads=True)):
       if g.shape != t.shape: raise RuntimeError(f"grad shape must match tensor shape, {g.shape} != {t.shape}")

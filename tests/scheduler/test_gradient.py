@@ -119,3 +119,49 @@ def test_backward_needs_a_scalar_and_a_grad_target():
   t = Tensor(rng.standard_normal((2, 2)), requires_grad=True)
   with pytest.raises(RuntimeError, match="scalar"): (t * 2).backward()
   with pytest.raises(RuntimeError, match="no tensor with requires_grad"): Tensor([1.0, 2.0]).sum().backward()
+
+
+@pytest.mark.parametrize("name,f", FUNCS, ids=[f[0] for f in FUNCS])
+def test_gradient_through_a_realized_result(name, f):
+  # the reference's own op tests realize the result, then take the gradient of (ret + 1)^2 through it
+  x = rng.standard_normal((3, 4))
+  t = Tensor(x, dtype=dtypes.float64, requires_grad=True)
+  ret = f(t).realize()
+  ((ret + 1) ** 2).sum().backward()
+  expected = central_difference(lambda v: ((f(Tensor(v, dtype=dtypes.float64)).numpy().item() + 1) ** 2), x)
+  np.testing.assert_allclose(t.grad.numpy(), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_through_chains_of_realizes_and_reads():
+  w = Tensor([1.0, 2.0], dtype=dtypes.float64, requires_grad=True)
+  a = (w * 2).realize()
+  b = a.exp()
+  b.numpy()   # reading realizes b (and what it needs)
+  b.roll(1, 0).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), 2 * np.exp([2.0, 4.0]))
+  np.testing.assert_allclose(a.grad.numpy(), np.exp([2.0, 4.0]))
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_training_that_reads_its_loss_before_backward(optimizer):
+  # a parameter made lazily (as layers make theirs) becomes its update's graph at the first step and is a leaf again
+  # after it (the gradient is not taken through the update); Adam keeps float64 moments for float64 parameters
+  from scheduler.nn.optim import SGD, Adam
+  w = Tensor.ones(2, dtype=dtypes.float64) * Tensor([1.0, 2.0], dtype=dtypes.float64)
+  opt = SGD([w], lr=0.1, momentum=0.9) if optimizer == "SGD" else Adam([w], lr=0.1)
+  want, m, v = np.array([1.0, 2.0]), np.zeros(2), np.zeros(2)
+  with Tensor.train():
+    for step in range(1, 4):
+      opt.zero_grad()
+      loss = (w * w * w).sum()
+      loss.realize()   # read before the gradient is taken, as a training loop that prints its loss does
+      loss.backward()
+      opt.step()
+      g = 3 * want ** 2
+      if optimizer == "SGD":
+        m = 0.9 * m + g
+        want = want - 0.1 * m
+      else:
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        want = want - 0.1 * (m / (1 - 0.9 ** step)) / (np.sqrt(v / (1 - 0.999 ** step)) + 1e-8)
+  np.testing.assert_allclose(w.numpy(), want, rtol=1e-5)   # the learning rate and Adam's b^t are float32 tensors
