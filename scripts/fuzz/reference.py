@@ -143,7 +143,8 @@ def unary(op: str, x, out_dtype: str) -> np.ndarray:
       "gelu": lambda v: np.where(v == -np.inf, 0.0, 0.5 * v * (1 + np.tanh(0.7978845608 * (v + 0.044715 * v ** 3)))),
       "quick_gelu": lambda v: np.where(v == -np.inf, 0.0, v / (1 + np.exp(-1.702 * v))),
       "elu": lambda v: np.where(v > 0, v, np.expm1(v)), "sign": np.sign,
-    }[op](x64)
+    # of an int, a float function sees the int made a float first (seed 163: sin(2147483645) is sin(2147483648.0))
+    }[op](as_float.astype(np.float64) if is_float(out_dtype) else x64)
     if op == "neg" and is_int(str(np.asarray(x).dtype)): return (-np.asarray(x)).astype(out_dtype)
     if op == "abs" and is_int(str(np.asarray(x).dtype)): return np.abs(np.asarray(x)).astype(out_dtype)
     return out.astype(out_dtype)
