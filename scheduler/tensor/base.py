@@ -69,8 +69,11 @@ def apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
             for t in affected]
     # in a kept graph, what was realized and is not kept is read from its buffer (a leaf stays the target it is)
     as_read = {t.lazydata: new for t, new, keep in zip(affected, rewritten, kept) if not keep and new is not t.lazydata}
+    graphs = [t.lazydata for t, keep in zip(affected, kept) if keep]
+    # one substitution over all kept graphs, as above (one per tensor would be quadratic in a deep graph kept live)
+    computed = iter(UOp.sink(*graphs).substitute(as_read).src if graphs and as_read else graphs)
     for t, new, keep in zip(affected, rewritten, kept):
-      if keep: t._computed_from = t.lazydata.substitute(as_read) if as_read else t.lazydata
+      if keep: t._computed_from = next(computed)
       elif new is not t.lazydata and t._computed_from is not ASSIGNED: t._computed_from = None
       t.lazydata = new
 
