@@ -91,7 +91,7 @@ def safe_load(fn: str | os.PathLike) -> dict[str, Tensor]:
 
 def torch_load(fn: str | os.PathLike) -> dict[str, Tensor]:
   """The tensors of a `torch.save` checkpoint (a state dict, or whatever dict was saved), without torch."""
-  return torch_file.load(Tensor, fn)
+  return torch_file.load(fn)
 
 
 def tar_extract(source: "Tensor | str | os.PathLike") -> dict[str, Tensor]:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from scheduler.dtype import DType, dtypes
 from scheduler.helpers import prod
+from scheduler.tensor import Tensor
 
 STORAGE_DTYPES: dict[str, DType] = {
   "DoubleStorage": dtypes.float64, "FloatStorage": dtypes.float32, "HalfStorage": dtypes.float16,
@@ -83,7 +84,7 @@ def _entry_offset(path: str, info: zipfile.ZipInfo) -> int:
   return info.header_offset + 30 + name_length + extra_length
 
 
-def _flat(tensor_type, path: str, archive: zipfile.ZipFile, prefix: str, storage: _Storage, cache: dict):
+def _flat(file: Tensor, archive: zipfile.ZipFile, prefix: str, storage: _Storage, cache: dict) -> Tensor:
   """The storage as a flat Tensor of its dtype (a view of the file when its entry is stored uncompressed)."""
   if storage.key in cache: return cache[storage.key]
   name = f"{prefix}data/{storage.key}"
@@ -92,19 +93,19 @@ def _flat(tensor_type, path: str, archive: zipfile.ZipFile, prefix: str, storage
   nbytes = storage.numel * storage.dtype.itemsize
   if info.file_size < nbytes: raise TorchFileError(f"{name} holds {info.file_size} bytes, its storage needs {nbytes}")
   if info.compress_type == zipfile.ZIP_STORED:
-    start = _entry_offset(path, info)
-    raw = tensor_type(pathlib.Path(path), dtype=dtypes.uint8)[start:start + nbytes]
-  else: raw = tensor_type(np.frombuffer(archive.read(name)[:nbytes], dtype=np.uint8))
+    start = _entry_offset(archive.filename, info)
+    raw = file[start:start + nbytes]
+  else: raw = Tensor(np.frombuffer(archive.read(name)[:nbytes], dtype=np.uint8))
   flat = raw.bitcast(storage.dtype) if storage.dtype != dtypes.uint8 else raw
   cache[storage.key] = flat
   return flat
 
 
-def _tensor(tensor_type, record: _TensorRecord, flat):
+def _tensor(record: _TensorRecord, flat: Tensor) -> Tensor:
   """The strided view the record describes: contiguous (or a permutation of a contiguous layout) through movement
-  ops, anything else through numpy."""
+  ops, anything else through numpy (on the stored bits: numpy has no bfloat16)."""
   size, stride, count = record.size, record.stride, prod(record.size)
-  if count == 0: return tensor_type.zeros(*size, dtype=flat.dtype)
+  if count == 0: return Tensor.zeros(*size, dtype=flat.dtype)
   order = sorted(range(len(size)), key=lambda a: -stride[a])
   expected, dense = 1, True
   for axis in reversed(order):
@@ -113,14 +114,14 @@ def _tensor(tensor_type, record: _TensorRecord, flat):
   if dense:
     block = flat[record.offset:record.offset + count].reshape(tuple(size[a] for a in order))
     return block.permute(tuple(order.index(a) for a in range(len(size))))
-  values = flat.numpy() if flat.dtype != dtypes.bfloat16 else flat.bitcast(dtypes.uint16).numpy()
-  itemsize = values.dtype.itemsize
-  view = np.lib.stride_tricks.as_strided(values[record.offset:], size, tuple(s * itemsize for s in stride))
-  out = tensor_type(np.ascontiguousarray(view), dtype=flat.dtype if flat.dtype != dtypes.bfloat16 else dtypes.uint16)
-  return out.bitcast(dtypes.bfloat16) if flat.dtype == dtypes.bfloat16 else out
+  stored = flat.bitcast(dtypes.uint16) if flat.dtype == dtypes.bfloat16 else flat
+  values = stored.numpy()
+  view = np.lib.stride_tricks.as_strided(values[record.offset:], size, tuple(s * values.itemsize for s in stride))
+  out = Tensor(np.ascontiguousarray(view), dtype=stored.dtype)
+  return out if stored is flat else out.bitcast(flat.dtype)
 
 
-def load(tensor_type, fn: str | os.PathLike) -> dict[str, Any]:
+def load(fn: str | os.PathLike) -> dict[str, Any]:
   """The checkpoint's object with every tensor record made a Tensor; a dict at the top (a state dict)."""
   path = os.fspath(fn)
   if not zipfile.is_zipfile(path):
@@ -136,10 +137,10 @@ def load(tensor_type, fn: str | os.PathLike) -> dict[str, Any]:
     except Exception as e:
       raise TorchFileError(f"{path}: its pickle cannot be read ({type(e).__name__}: {e})") from None
     cache: dict = {}
+    file = Tensor(pathlib.Path(path), dtype=dtypes.uint8)   # one view of the file for every stored entry
 
     def build(x):
-      if isinstance(x, _TensorRecord): return _tensor(tensor_type, x, _flat(tensor_type, path, archive, prefix,
-                                                                            x.storage, cache))
+      if isinstance(x, _TensorRecord): return _tensor(x, _flat(file, archive, prefix, x.storage, cache))
       if isinstance(x, dict): return {k: build(v) for k, v in x.items()}
       if isinstance(x, (list, tuple)): return type(x)(build(v) for v in x)
       return x

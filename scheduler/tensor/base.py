@@ -130,12 +130,11 @@ def _python_buffer(data, dtype: DType) -> UOp:
 def _numpy_buffer(array: np.ndarray, dtype: Optional[DType] = None) -> UOp:
   """A numpy array as an NPY buffer (the array itself is the memory; the copy to a device is lazy); bfloat16 is
   rounded from the array's values into bits of its own."""
-  if dtype == dtypes.bfloat16:
+  bfloat16 = dtype == dtypes.bfloat16
+  if bfloat16:
     with np.errstate(over="ignore", invalid="ignore"): array = float32_to_bf16(np.asarray(array, dtype=np.float32))
-  else: dtype = None
   flat = np.ascontiguousarray(array)
-  dtype = dtype or from_np_dtype(flat.dtype)
-  uop = UOp.new_buffer("NPY", flat.size, dtype)
+  uop = UOp.new_buffer("NPY", flat.size, dtypes.bfloat16 if bfloat16 else from_np_dtype(flat.dtype))
   uop.buffer.allocate(flat)
   return uop.reshape(flat.shape)
 
