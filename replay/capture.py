@@ -217,8 +217,10 @@ def location() -> str:
   return f"{region} @ {where}" if region else where
 
 
-_frame_names: dict = {}   # code object -> the name to show for its file (None: inside the compiler or harness)
-_UNSEEN = object()
+# id of a code object -> (the code, the name to show for its file or None inside the compiler or harness): keyed by
+# id because hashing a code object hashes its bytecode and constants, on every lookup (the entry holds the code, so its
+# id is not reused while the entry lives)
+_frame_names: dict[int, tuple] = {}
 
 
 def code_frame() -> Optional[tuple[str, int, str]]:
@@ -227,11 +229,11 @@ def code_frame() -> Optional[tuple[str, int, str]]:
   frame, names = sys._getframe(1), _frame_names
   while frame is not None:
     code = frame.f_code
-    name = names.get(code, _UNSEEN)
-    if name is _UNSEEN:
+    entry = names.get(id(code))
+    if entry is None:
       if len(names) > 100_000: names.clear()   # programs that make code objects at run time
-      name = names[code] = _outside_name(code.co_filename)
-    if name is not None: return name, frame.f_lineno, code.co_name
+      entry = names[id(code)] = (code, _outside_name(code.co_filename))
+    if entry[1] is not None: return entry[1], frame.f_lineno, code.co_name
     frame = frame.f_back
   return None
 

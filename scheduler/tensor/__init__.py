@@ -50,9 +50,9 @@ def _named(name: str, method: Callable) -> Callable:
   @functools.wraps(method)
   def recording(*args, **kwargs):
     if current_op[0] is not None: return method(*args, **kwargs)
-    current_op[0] = name
+    current_op[0], current_op[1] = name, None
     try: return method(*args, **kwargs)
-    finally: current_op[0] = None
+    finally: current_op[0] = current_op[1] = None
   return recording
 
 

@@ -20,8 +20,18 @@ from scheduler.ops import UOp, Ops, resolve, smax, all_metadata
 
 # every live tensor, so that scheduling can point them at the buffers their values now live in (S56)
 all_tensors: dict[weakref.ref, None] = {}
-# the public Tensor method that is building ops right now (its name rides on schedule items as metadata)
-current_op: list[Optional[str]] = [None]
+# the public Tensor method that is building ops right now, called from outside any other (its name rides on schedule
+# items as metadata), and, while capturing, where the program called it from (found by the first tensor it makes)
+current_op: list = [None, None]
+
+
+def _origin() -> Optional[tuple]:
+  """Where the program made a tensor being made now: the place it called the public method that makes it from (found
+  once per call: the walk out of the compiler's frames costs more than the rest of making a tensor), else where it
+  made it directly."""
+  if current_op[0] is None: return hooks.origin()
+  if current_op[1] is None: current_op[1] = hooks.origin() or ()
+  return current_op[1] or None
 
 
 def _forget(ref: weakref.ref) -> None: all_tensors.pop(ref, None)
@@ -180,7 +190,7 @@ class TensorBase:
     uop = self._uop_from(data, dtype, device)
     self.lazydata: UOp = uop if uop.device == device else uop.copy_to_device(device)
     # where the program made this tensor (only while capturing: reports name outputs by it)
-    self._origin: Optional[tuple] = hooks.origin() if CAPTURE_PROCESS_REPLAY else None
+    self._origin: Optional[tuple] = _origin() if CAPTURE_PROCESS_REPLAY else None
     all_tensors[weakref.ref(self, _forget)] = None
 
   @staticmethod

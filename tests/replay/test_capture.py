@@ -297,3 +297,21 @@ def test_an_exec_capture_names_where_the_program_made_each_output(tmp_path):
   assert run["git_commit"] == head and run["git_dirty"] == 0   # files git does not track are no change
   outputs = json.loads(execs[-1]["meta"])["outputs"]
   assert any(o.endswith("from prog.py:5 build") for o in outputs), outputs
+
+
+def test_tensors_a_public_call_makes_share_where_the_program_called_it(replay_db):
+  from scheduler import Tensor
+  from scheduler.helpers import Context
+  from scheduler.tensor.base import current_op
+  import inspect
+  here = os.path.relpath(__file__)
+  line = inspect.currentframe().f_lineno
+  with Context(CAPTURE_PROCESS_REPLAY=1):
+    a = Tensor.ones(4)                                  # a class method: not a public call of a tensor
+    b = (a * 2).relu()                                  # two calls on one line: the walk is taken once per call
+    c = a.sequential([lambda x: x + 1, Tensor.exp])     # what the callbacks make belongs to the sequential call
+    d = a.softmax()
+  assert a._origin == (here, line + 2, "test_tensors_a_public_call_makes_share_where_the_program_called_it")
+  assert b._origin[:2] == (here, line + 3) and c._origin[:2] == (here, line + 4) and d._origin[:2] == (here, line + 5)
+  assert current_op == [None, None]   # nothing is kept once the call returns
+  with Context(CAPTURE_PROCESS_REPLAY=0): assert Tensor.ones(2)._origin is None
