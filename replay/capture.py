@@ -185,14 +185,18 @@ def flag_defaults_json() -> str:
 
 
 def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:
+  """(commit, whether tracked files differ from it) of the repository around `cwd`, or (None, None) outside one: one
+  git process (`status --branch` names the commit), which a capturing process pays for."""
   import subprocess   # here: a capturing process asks git from a thread of its own, after its first capture
   try:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
-    if commit.returncode != 0: return None, None
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True,
-                            text=True, timeout=10)
-    return commit.stdout.strip(), int(bool(status.stdout.strip()))
+    status = subprocess.run(["git", "status", "--porcelain=v2", "--branch", "--untracked-files=no"], cwd=cwd,
+                            capture_output=True, text=True, timeout=10)
   except (OSError, subprocess.SubprocessError): return None, None
+  if status.returncode != 0: return None, None
+  lines = status.stdout.splitlines()
+  commit = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), None)
+  if commit is None or commit == "(initial)": return None, None
+  return commit, int(any(not line.startswith("#") for line in lines))
 
 
 _outside_cache: dict[str, Optional[str]] = {}

@@ -315,3 +315,21 @@ def test_tensors_a_public_call_makes_share_where_the_program_called_it(replay_db
   assert b._origin[:2] == (here, line + 3) and c._origin[:2] == (here, line + 4) and d._origin[:2] == (here, line + 5)
   assert current_op == [None, None]   # nothing is kept once the call returns
   with Context(CAPTURE_PROCESS_REPLAY=0): assert Tensor.ones(2)._origin is None
+
+
+def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path):
+  from replay.capture import git_state
+  git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+  assert git_state(str(tmp_path)) == (None, None)   # not a repository
+  subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+  assert git_state(str(tmp_path)) == (None, None)   # no commit yet
+  (tmp_path / "a.txt").write_text("1\n")
+  subprocess.run([*git, "add", "a.txt"], cwd=tmp_path, check=True)
+  subprocess.run([*git, "commit", "-q", "-m", "x"], cwd=tmp_path, check=True)
+  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+  (tmp_path / "untracked.txt").write_text("not tracked\n")
+  assert git_state(str(tmp_path)) == (head, 0)
+  (tmp_path / "a.txt").write_text("2\n")
+  assert git_state(str(tmp_path)) == (head, 1)
+  subprocess.run(["git", "checkout", "-q", "--detach"], cwd=tmp_path, check=True)
+  assert git_state(str(tmp_path)) == (head, 1)

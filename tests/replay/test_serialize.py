@@ -1,5 +1,5 @@
 """The restricted unpickler (issue 13.2): plain numbers and numeric arrays load, anything that could turn
-crafted bytes into pointers or code is refused before it is built."""
+crafted bytes into pointers or code is refused before it is built; graphs pickle to the bytes plain pickle makes."""
 import numpy as np
 import pytest
 from replay import serialize
@@ -37,3 +37,16 @@ def test_a_dtype_with_an_object_field_built_over_void_is_refused_before_it_exist
   payload = (b"\x80\x04cnumpy\ndtype\n(X\x02\x00\x00\x00V8\x89\x88tR(K\x03X\x01\x00\x00\x00|N(X\x01\x00\x00\x00a"
              b"tq\x00}q\x01X\x01\x00\x00\x00a(cnumpy\ndtype\nX\x02\x00\x00\x00O8\x89\x88\x87RK\x00\x86sK\x08K\x01K?tb.")
   with pytest.raises(serialize.UnsafePickleError): serialize.loads(serialize.FORMAT + b" contract=1\n" + payload)
+
+
+def test_graphs_pickle_to_the_bytes_pickle_makes_without_the_direct_reductions():
+  import pickle
+  from scheduler import Tensor
+  from scheduler.contract import without_pickled_buffers
+  x = Tensor.ones(4, 4).contiguous().realize()
+  graph = ((x @ x).relu().sum(axis=1) + 1).lazydata
+  with without_pickled_buffers():
+    data = serialize.dumps({"graph": graph, "n": 3})
+    plain = pickle.dumps((serialize.graph_nodes({"graph": graph, "n": 3}), {"graph": graph, "n": 3}), protocol=4)
+  assert data.split(b"\n", 1)[1] == plain
+  assert serialize.loads(data)["graph"] is graph   # built again, the same interned node
