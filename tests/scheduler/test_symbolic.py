@@ -1,5 +1,7 @@
 """Symbolic simplification: random integer expressions over bounded variables evaluate the same
-before and after simplifying, and vmin/vmax bound every sampled value."""
+before and after simplifying, and vmin/vmax bound every sampled value; a folded cast rounds as a kernel does."""
+import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 from scheduler.ops import UOp, Ops, resolve, smax, smin, sym_infer
 from scheduler.symbolic import Variable, cdiv, cmod
@@ -107,3 +109,16 @@ def test_issue_28_folds():
   }
   for expression, simplest in folds.items(): assert expression.simplify().render() == simplest
   assert (x * 4 + Variable("w", 0, 4) < 8).simplify().render() == "(((x*4)+w)<8)"   # w reaches 4: kept
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_folded_cast_to_float_rounds_as_the_kernel_does(device):
+  # fuzz seed 165: 1 - 4 in uint32 is 4294967293, which float32 stores as 4294967296.0; a folded constant kept the
+  # exact integer, so sin of the constant and sin of the same value in a buffer differed (0.58 against -0.46)
+  from scheduler import Tensor, dtypes
+  for data in (np.array(4, np.uint32), np.array([4], np.uint32)):   # a constant (folded) and a buffer (a kernel)
+    one = Tensor.full((), True, dtype=dtypes.bool, device=device).cast(dtypes.uint32)
+    got = (one - Tensor(data, dtype=dtypes.uint32, device=device)).sin().numpy().reshape(-1)[0]
+    assert got == np.sin(np.float32(4294967293), dtype=np.float32)
+  assert Tensor(16777217, device=device).cast(dtypes.float32).item() == 16777216.0
+  assert Tensor(0.1, dtype=dtypes.float64, device=device).cast(dtypes.float32).item() == float(np.float32(0.1))
