@@ -96,7 +96,9 @@ class dtypes:
     if isinstance(val, tuple): return tuple(dtypes.as_const(x, dtype) for x in val)
     if not isinstance(val, (int, float, bool)): return val  # symbolic
     if dtypes.is_int(dtype): return truncate_const(int(val), dtype)
-    if dtypes.is_float(dtype): return float(val)
+    # a float constant holds the value the device stores (16777217 is 16777216.0 in float32): folding it into other
+    # constants then computes what a kernel computes
+    if dtypes.is_float(dtype): return truncate_const(float(val), dtype)
     return bool(val)
 
   @staticmethod

@@ -210,9 +210,7 @@ def _fold_cast(root: UOp) -> Optional[UOp]:
   if source.op is Ops.CONST:
     not_finite = isinstance(source.arg, float) and not math.isfinite(source.arg)
     if not_finite and dtypes.is_int(root.dtype): return None   # NaN/inf to int: what the device does, not a crash here
-    # to a float: rounded as the device stores it (4294967293 cast to float32 is 4294967296.0, whose sine a folded
-    # constant must have, as an unfolded kernel has)
-    return root.const_like(truncate_const(source.arg, root.dtype) if dtypes.is_float(root.dtype) else source.arg)
+    return root.const_like(source.arg)   # a float constant is rounded as the device stores it (dtypes.as_const)
   return source if source.dtype == root.dtype else None
 
 

@@ -122,3 +122,17 @@ def test_a_folded_cast_to_float_rounds_as_the_kernel_does(device):
     assert got == np.sin(np.float32(4294967293), dtype=np.float32)
   assert Tensor(16777217, device=device).cast(dtypes.float32).item() == 16777216.0
   assert Tensor(0.1, dtype=dtypes.float64, device=device).cast(dtypes.float32).item() == float(np.float32(0.1))
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_float_constants_fold_to_what_kernels_compute(device):
+  # a float32 constant of 16777217 held the python float, so folding it with other constants computed in float64
+  from scheduler import Tensor, dtypes
+  folded = Tensor.full((), 16777217.0, dtype=dtypes.float32, device=device)
+  kernel = Tensor(np.array([16777217.0], np.float32), device=device)
+  for op in (lambda t: t - 16777216.0, lambda t: t == 16777216.0, lambda t: t * 3 == 50331648.0):
+    assert op(folded).numpy().reshape(-1)[0] == op(kernel).numpy()[0]
+  tenth = Tensor(0.1, dtype=dtypes.float32, device=device)
+  assert (tenth * 3 == 0.3).item() == bool(np.float32(0.1) * np.float32(3) == np.float32(0.3))
+  assert Tensor.full((), 1e39, dtype=dtypes.float32, device=device).item() == float("inf")
+  assert Tensor.full((), 0.1, dtype=dtypes.float16, device=device).item() == float(np.float16(0.1))
