@@ -23,7 +23,9 @@ def encode(data: np.ndarray, shared: dict[str, bytes]) -> Any:
   """The payload entry of one array; blobs it refers to are added to `shared` (sha256 -> bytes)."""
   flat = np.ascontiguousarray(data).reshape(-1)
   shape = tuple(int(d) for d in np.shape(data))
-  if flat.size > 1:
+  # the first two values tell most arrays from a fill before the whole array is compared (which costs more than
+  # hashing it)
+  if flat.size > 1 and flat[:1].tobytes() == flat[1:2].tobytes():
     rows = flat.view(np.uint8).reshape(flat.size, flat.dtype.itemsize)
     if (rows == rows[0]).all():
       return {"fill": flat[:1].copy(), "size": int(flat.size), "shape": shape}   # bitwise: NaN, -0.0 kept
