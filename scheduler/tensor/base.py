@@ -6,7 +6,7 @@ assembles the `Tensor` class. A tensor holds one UOp (`lazydata`); every op buil
 Methods that make tensors use `type(self)`, so they always make the assembled `Tensor`.
 """
 from __future__ import annotations
-import pathlib, weakref
+import pathlib, threading, weakref
 from typing import Callable, Optional
 import numpy as np
 from scheduler import hooks
@@ -28,10 +28,12 @@ current_op: list = [None, None]
 def _origin() -> Optional[tuple]:
   """Where the program made a tensor being made now: the place it called the public method that makes it from (found
   once per call: the walk out of the compiler's frames costs more than the rest of making a tensor), else where it
-  made it directly."""
+  made it directly. The place is kept with the thread that found it: another thread's tensors find their own."""
   if current_op[0] is None: return hooks.origin()
-  if current_op[1] is None: current_op[1] = hooks.origin() or ()
-  return current_op[1] or None
+  kept = current_op[1]
+  if kept is None or kept[0] != threading.get_ident():
+    kept = current_op[1] = (threading.get_ident(), hooks.origin())
+  return kept[1]
 
 
 def _forget(ref: weakref.ref) -> None: all_tensors.pop(ref, None)

@@ -1,6 +1,6 @@
 """Capture: all three kinds from the corpus, no duplicate blobs, durability under SIGKILL, concurrent
 writers, the restricted unpickler, and captures surviving a reordered Ops enum."""
-import json, os, pickle, shutil, signal, subprocess, sys, textwrap, time
+import json, os, pickle, shutil, signal, subprocess, sys, textwrap, threading, time
 import pytest
 from db import Store
 from replay import serialize
@@ -314,6 +314,17 @@ def test_tensors_a_public_call_makes_share_where_the_program_called_it(replay_db
   assert a._origin == (here, line + 2, "test_tensors_a_public_call_makes_share_where_the_program_called_it")
   assert b._origin[:2] == (here, line + 3) and c._origin[:2] == (here, line + 4) and d._origin[:2] == (here, line + 5)
   assert current_op == [None, None]   # nothing is kept once the call returns
+  made = []
+  def in_another_thread(x):   # while this thread is inside sequential, another thread makes tensors of its own
+    worker = threading.Thread(target=lambda: made.append(Tensor.ones(2) + 1))
+    worker.start()
+    worker.join()
+    return x
+  from scheduler.helpers import CAPTURE_PROCESS_REPLAY
+  saved, CAPTURE_PROCESS_REPLAY.value = CAPTURE_PROCESS_REPLAY.value, 1   # on in every thread
+  try: a.sequential([lambda x: x * 2, in_another_thread])
+  finally: CAPTURE_PROCESS_REPLAY.value = saved
+  assert made[0]._origin[:2] == (here, line + 11)
   with Context(CAPTURE_PROCESS_REPLAY=0): assert Tensor.ones(2)._origin is None
 
 
