@@ -232,7 +232,8 @@ def from_np_dtype(npdt) -> DType:
 def truncate_const(val, dtype: DType):
   """Cast a python constant the way the device would store it."""
   if dtypes.is_float(dtype):
-    if dtype == dtypes.float16: return float(np.float16(val))
+    if dtype == dtypes.float16:
+      with np.errstate(over="ignore"): return float(np.float16(val))   # inf, as the device stores it
     if dtype == dtypes.bfloat16:
       with np.errstate(over="ignore"): return float(round_bf16(np.float32(val)))
     if dtype == dtypes.float32:

@@ -1,5 +1,6 @@
 """Symbolic simplification: random integer expressions over bounded variables evaluate the same
 before and after simplifying, and vmin/vmax bound every sampled value; a folded cast rounds as a kernel does."""
+import warnings
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -136,3 +137,6 @@ def test_float_constants_fold_to_what_kernels_compute(device):
   assert (tenth * 3 == 0.3).item() == bool(np.float32(0.1) * np.float32(3) == np.float32(0.3))
   assert Tensor.full((), 1e39, dtype=dtypes.float32, device=device).item() == float("inf")
   assert Tensor.full((), 0.1, dtype=dtypes.float16, device=device).item() == float(np.float16(0.1))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")   # a constant beyond float16's range is inf, as on the device, without a warning
+    assert Tensor.full((), 1e6, dtype=dtypes.float16, device=device).item() == float("inf")
