@@ -248,6 +248,8 @@ class Builder:
     if op in ("maximum", "minimum") and (x.nan or (y is not None and y.nan)): op = "add"
     # a constant 0 times NaN or inf is folded to 0 (S13), and x / c is x * (1 / c)
     if op in ("mul", "div") and (x.zero_constant or (y is not None and y.zero_constant)): op = "add"
+    # and x * 0 folds to 0 where x is NaN or inf too (S13; seed 167: -log(0) * 0): a literal 0 multiplies finite values
+    if op == "mul" and scalar and value == 0 and ref.is_float(out_base) and (x.nan or x.bound is None): op = "add"
     if out_base == "bool" and op in ("add", "sub"): op = "xor"   # bool + and - are logic ops (or, xor), not numpy's
     rhs = repr(value) if scalar else f"t{y.name}"
     nrhs = f"ref.cast(np.array({value!r}), {out_base!r})" if scalar else f"n{y.name}"
