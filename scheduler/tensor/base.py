@@ -92,6 +92,7 @@ def apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
 
 def _as_computed(u: UOp, realized: dict[UOp, UOp]) -> UOp:
   """`u` with each realized tensor's buffer replaced by the graph that computed it (transitively)."""
+  if not realized: return u   # a substitution walks the whole graph even when there is nothing to substitute
   for _ in range(len(realized) + 1):
     expanded = u.substitute(realized)
     if expanded is u: return u
@@ -396,12 +397,17 @@ class TensorBase:
   def gradient(self, *targets: TensorBase, gradient: Optional[TensorBase] = None,
                materialize_grads=False) -> list[TensorBase]:
     """d self / d target for each target; self must be a scalar unless `gradient` (d loss / d self) is given."""
+    realized = _realized_graphs()
+    return self._gradient(targets, gradient, materialize_grads, realized, _as_computed(self.lazydata, realized))
+
+  def _gradient(self, targets, gradient: Optional[TensorBase], materialize_grads: bool, realized: dict[UOp, UOp],
+                computed: UOp) -> list[TensorBase]:
+    """`gradient()` of `computed`, this tensor's graph through the realized tensors' graphs (`realized`)."""
     if gradient is None and self.shape != ():
       raise RuntimeError("when no gradient is provided, backward must be called on a scalar tensor")
     seed = gradient.lazydata if gradient is not None else UOp.const(self.dtype, 1.0, self.device, ())
-    realized = _realized_graphs()
     wanted = [realized.get(t.lazydata, t.lazydata) for t in targets]
-    grads = compute_gradient(_as_computed(self.lazydata, realized), seed, set(wanted))
+    grads = compute_gradient(computed, seed, set(wanted))
     out = []
     for t, u in zip(targets, wanted):
       g = grads.get(u)
@@ -415,11 +421,12 @@ class TensorBase:
   def backward(self, gradient: Optional[TensorBase] = None) -> TensorBase:
     """Accumulate d self / d t into t.grad for every live tensor t in the graph that requires grad."""
     realized = _realized_graphs()
-    in_graph = _as_computed(self.lazydata, realized).toposort
+    computed = _as_computed(self.lazydata, realized)
+    in_graph = computed.toposort
     needing = [] if type(self).no_grad else [t for t in _live_tensors()
                                              if t.requires_grad and realized.get(t.lazydata, t.lazydata) in in_graph]
     if not needing: raise RuntimeError("backward() found no tensor with requires_grad=True in the graph")
-    for t, g in zip(needing, self.gradient(*needing, gradient=gradient, materialize_grads=True)):
+    for t, g in zip(needing, self._gradient(needing, gradient, True, realized, computed)):
       if g.shape != t.shape: raise RuntimeError(f"grad shape must match tensor shape, {g.shape} != {t.shape}")
       t.grad = g if t.grad is None else t.grad + g
     return self
