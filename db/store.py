@@ -207,6 +207,20 @@ def _create_fresh(conn: sqlite3.Connection) -> None:
   conn.execute("INSERT INTO identity (uuid) VALUES (?)", (str(uuid.uuid4()),))
 
 
+def _set_wal(conn: sqlite3.Connection, seconds: float = 60.0) -> None:
+  """Put the database in WAL mode, waiting while another process holds it: SQLite can answer "database is locked" here
+  at once, without its busy handler (seen in CI: of four processes capturing into one new database, one could not
+  open it and lost a capture)."""
+  deadline = time.monotonic() + seconds
+  while True:
+    try:
+      conn.execute("PRAGMA journal_mode = WAL")
+      return
+    except sqlite3.OperationalError as e:
+      if "locked" not in str(e) or time.monotonic() > deadline: raise
+      time.sleep(0.01)
+
+
 class Store:
   """One open database. Every write is its own transaction, committed before the call returns."""
 
@@ -219,7 +233,7 @@ class Store:
     try:
       conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
       conn.execute("PRAGMA busy_timeout = 60000")
-      conn.execute("PRAGMA journal_mode = WAL")
+      _set_wal(conn)
       conn.execute("PRAGMA synchronous = NORMAL")
       conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.DatabaseError as e: raise StoreError(f"cannot open {self.path} as a replay database: {e}") from e

@@ -262,3 +262,20 @@ def test_a_prune_keeps_the_dictionary_of_a_blob_it_keeps_and_a_writer_never_poin
   again = _base(writer, cap["input_sha"])
   assert again is not None and writer.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (again,)).fetchone()
   assert Store(path).get_blob(cap["input_sha"]) == _payload(2)
+
+
+def test_opening_waits_while_the_database_is_locked_at_once():
+  # SQLite can refuse PRAGMA journal_mode at once, without its busy handler, while another process holds the file
+  from db.store import _set_wal
+  class Refusing:
+    def __init__(self, refusals, error="database is locked"): self.refusals, self.error, self.calls = refusals, error, 0
+    def execute(self, sql):
+      self.calls += 1
+      if self.calls <= self.refusals: raise sqlite3.OperationalError(self.error)
+  conn = Refusing(3)
+  _set_wal(conn)
+  assert conn.calls == 4
+  with pytest.raises(sqlite3.OperationalError):   # locked for longer than it waits
+    _set_wal(Refusing(10**9), seconds=0.05)
+  with pytest.raises(sqlite3.OperationalError):   # any other error at once
+    _set_wal(Refusing(1, "disk I/O error"))
