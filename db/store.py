@@ -10,7 +10,7 @@ from typing import Any, Iterable, Optional, TYPE_CHECKING
 from db import journal
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -160,11 +160,21 @@ def _migrate_to_12(db: "sqlite_utils.Database") -> None:
   db["blobs"].add_column("base", str)
 
 
+_PART_INDEX_TABLE = \
+  'CREATE TABLE "part_index" ("code" TEXT, "node_key" TEXT, "sha256" TEXT, PRIMARY KEY ("code", "node_key"))'
+
+
+def _migrate_to_13(db: "sqlite_utils.Database") -> None:
+  """Which blob holds the pickle of a graph part (a kernel AST), by the part's structural key and the code that pickled
+  it: a program captured again into the same database finds its kernels' pickles here instead of making them again."""
+  db.execute(_PART_INDEX_TABLE)
+
+
 MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7,
-              _migrate_to_8, _migrate_to_9, _migrate_to_10, _migrate_to_11, _migrate_to_12]
+              _migrate_to_8, _migrate_to_9, _migrate_to_10, _migrate_to_11, _migrate_to_12, _migrate_to_13]
 
 
-# the schema the migrations build, made at once in a new database (importing sqlite-utils and running twelve steps
+# the schema the migrations build, made at once in a new database (importing sqlite-utils and running every step
 # took longer than the first captures of a short program); tests/replay/test_store.py checks both give one schema
 FRESH_SCHEMA = (
   'CREATE TABLE "runs" ("id" INTEGER PRIMARY KEY, "started" REAL, "finished" REAL, "git_commit" TEXT, '
@@ -197,6 +207,7 @@ FRESH_SCHEMA = (
   """INSERT INTO issued_ids (name, value) VALUES ('runs', 0), ('replays', 0)""",
   'CREATE TABLE "identity" ("uuid" TEXT PRIMARY KEY)',
   'CREATE TABLE "schema_version" ("version" INTEGER)',
+  _PART_INDEX_TABLE,
 )
 
 
@@ -331,13 +342,15 @@ class Store:
   @staticmethod
   def blob_sha(data: bytes) -> str: return hashlib.sha256(data).hexdigest()
 
-  def _put_blob(self, data: bytes, sha: Optional[str] = None, role: Optional[tuple] = None) -> str:
+  def _put_blob(self, data: Optional[bytes], sha: Optional[str] = None, role: Optional[tuple] = None) -> str:
     """Store a blob (inside the caller's transaction). With a `role` (what the payload is: kind, input or output), a
     payload alike to an earlier one of its role is stored as a delta: compressed with a zlib dictionary made of the
     earlier payload's first bytes. The dictionary is a blob of its own that no capture refers to (one damaged payload
     still fails its capture alone), made when a second payload would use it (a payload seen once costs nothing more)."""
     sha = sha or self.blob_sha(data)
     if sha in self._known_blobs: return sha
+    if data is None:   # a caller left out bytes it saw the database hold, and `replay prune` removed them since
+      raise BlobError(f"blob {sha[:12]} is no longer in {self.path}")
     if role is None or len(data) < MIN_DICTIONARY_BYTES:
       self._insert_blob(sha, data, zlib.compress(data, 1))
       return sha
@@ -526,7 +539,11 @@ class Store:
     stored one by one, so that one refused record loses no other. A write the file system refuses (a full disk,
     a lock held too long) raises StoreWriteError and stores nothing: the records stay in their journal. `recovering`:
     a folder died folding these, so records already stored are skipped."""
-    try: return self._fold(records, recovering)
+    try:
+      # first trusting that the blobs the records left out are still there: the foreign keys check each one anyway, so
+      # a blob `replay prune` removed meanwhile fails the transaction, and the records are folded checking them first
+      try: return self._fold(records, recovering, trust_held=True)
+      except sqlite3.IntegrityError: return self._fold(records, recovering)
     except sqlite3.DatabaseError as e:
       if isinstance(e, sqlite3.OperationalError): raise
     stored, lost = 0, []
@@ -541,12 +558,13 @@ class Store:
         except (StoreError, sqlite3.Error): pass
     return stored, lost
 
-  def _fold(self, records: list, recovering: bool) -> tuple[int, list[tuple[int, str]]]:
+  def _fold(self, records: list, recovering: bool, trust_held: bool = False) -> tuple[int, list[tuple[int, str]]]:
     written: set[str] = set()
     lost: dict[int, int] = {}
     try:
       with self.transaction():
-        held = self._held_blobs({sha for record in records for sha, data, _ in record.blobs if data is None})
+        held = None if trust_held else \
+          self._held_blobs({sha for record in records for sha, data, _ in record.blobs if data is None})
         # the rows go in together once their blobs are in
         rows, links = [], []
         next_id = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM captures").fetchone()[0]
@@ -555,7 +573,8 @@ class Store:
           if recovering and self.conn.execute("SELECT 1 FROM captures WHERE run_id = ? AND key = ? AND time = ?",
                                               (row[0], row[2], row[5])).fetchone():
             continue
-          if any(data is None and sha not in written and sha not in held for sha, data, _ in record.blobs):
+          if held is not None and any(data is None and sha not in written and sha not in held
+                                      for sha, data, _ in record.blobs):
             lost[row[0]] = lost.get(row[0], 0) + 1
             continue
           for sha, data, role in record.blobs:
@@ -585,6 +604,18 @@ class Store:
       query = f"SELECT sha256 FROM blobs WHERE sha256 IN ({','.join('?' * len(batch))})"
       held.update(r[0] for r in self.conn.execute(query, batch))
     return held
+
+  def part_index(self, code: str) -> dict[str, str]:
+    """node key -> sha256 of the blob holding that part's pickle, as the code `code` pickled it (`_migrate_to_13`).
+    Blobs are not checked here: a caller uses an entry only for a blob it knows the database holds."""
+    return dict(self.conn.execute("SELECT node_key, sha256 FROM part_index WHERE code = ?", (code,)))
+
+  def add_to_part_index(self, code: str, entries: list[tuple[str, str]]) -> None:
+    """Record (node key, sha256) pairs of parts the code `code` pickled (replacing an entry for the key: a process
+    pickles a part the index names only when the database lacks that blob)."""
+    with self.transaction():
+      self.conn.executemany("INSERT OR REPLACE INTO part_index (code, node_key, sha256) VALUES (?, ?, ?)",
+                            [(code, key, sha) for key, sha in entries])
 
   def fold_pending(self) -> int:
     """Fold the captures capturing processes left in their journals (`db/journal.py`) into the database, before a
@@ -711,6 +742,7 @@ class Store:
       # a blob stays while a capture refers to it, or while a blob that stays is a delta of it
       n = self.conn.execute(f"DELETE FROM blobs WHERE sha256 NOT IN ({referenced}) AND sha256 NOT IN "
                             f"(SELECT base FROM blobs WHERE base IS NOT NULL AND sha256 IN ({referenced}))").rowcount
+      self.conn.execute("DELETE FROM part_index WHERE sha256 NOT IN (SELECT sha256 FROM blobs)")
     self._known_blobs.clear()
     return n
 
@@ -733,7 +765,7 @@ class Store:
   def reset(self) -> None:
     self.fold_pending()   # captures killed processes left go too
     with self.transaction():
-      for table in ("outcomes", "replays", "capture_blobs", "captures", "runs", "blobs", "accepted"):
+      for table in ("outcomes", "replays", "capture_blobs", "captures", "runs", "blobs", "accepted", "part_index"):
         self.conn.execute(f"DELETE FROM {table}")
     self.conn.execute("VACUUM")
 

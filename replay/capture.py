@@ -51,6 +51,11 @@ class _Sink:
     self.fold_store: Optional[Store] = None
     self.fold_lock = threading.Lock()
     self.timer: Optional[threading.Timer] = None
+    self.git_found: Optional[tuple] = None   # the run's git state, found by a thread and not written yet
+    # the database's index of part pickles (node key -> blob) for the code this process runs, and what it adds
+    self.code = ""
+    self.part_shas: dict[str, str] = {}
+    self.new_parts: list[tuple[str, str]] = []
 
   def get(self) -> tuple[Store, int]:
     with self.lock:
@@ -59,12 +64,15 @@ class _Sink:
         self.fold_store, self.fold_lock, self.timer = None, threading.Lock(), None
         store = self._thread_store()
         self.journal = journal.Journal(store.path, store.known_blobs) if journal.available(store.path) else None
+        self.code, self.new_parts = _source_stamp(), []
+        self.part_shas = store.part_index(self.code) if self.code else {}
         env_run = os.getenv("REPLAY_RUN_ID")
         self.run_id = int(env_run) if env_run else store.add_run(**run_info(with_git=False))
-        git = None
+        git, self.git_found = None, None
         if not env_run:
-          # git takes a few milliseconds in processes of its own: the program goes on meanwhile
-          git = threading.Thread(target=self._record_git, args=(self.run_id,), daemon=True)
+          # git takes a few milliseconds in a process of its own: the program goes on meanwhile, and the next capture
+          # (or the exit) writes what it found
+          git = threading.Thread(target=self._ask_git, daemon=True)
           git.start()
         atexit.register(self._at_exit, os.getpid(), store, None if env_run else self.run_id, git)
         # the defaults of the compiler this process imported (the process that made the run may have imported another)
@@ -88,6 +96,7 @@ class _Sink:
           roles: dict[str, tuple]) -> None:
     """Store one capture: into the journal, folded into the database a second later (or at once without one, or
     when its folder cannot be written)."""
+    if self.git_found is not None: self._write_git(store, run_id)
     if self.journal is not None:
       output_sha = hashlib.sha256(output_data).hexdigest()
       fields = {"run_id": run_id, "kind": kind, "key": key, "name": name, "location": location, "time": time.time(),
@@ -108,40 +117,66 @@ class _Sink:
     store.add_capture(run_id, kind, key, name, location, input_data, output_data, flags, meta, input_sha=input_sha,
                       shared_blobs=shared, roles=roles)
 
-  def fold(self) -> None:
-    """Move the captures waiting in this process's journal into the database."""
+  def fold(self, store: Optional[Store] = None) -> None:
+    """Move the captures waiting in this process's journal into the database (through `store`, a connection of this
+    process no other thread uses now, or one of the folder's own)."""
     with self.fold_lock:
       self.timer = None
-      if self.journal is None or self.pid != os.getpid(): return
-      if self.fold_store is None:
-        self.fold_store = Store(self.journal.db_path)
-        self.fold_store.defer_checkpoints()
-      _, lost = journal.fold_pending(self.fold_store)
+      if self.pid != os.getpid(): return
+      if self.journal is None:
+        self._save_part_index(store or self._thread_store())
+        return
+      if store is None:
+        if self.fold_store is None:
+          self.fold_store = Store(self.journal.db_path)
+          self.fold_store.defer_checkpoints()
+        store = self.fold_store
+      _, lost = journal.fold_pending(store)
+      self._save_part_index(store)   # after the fold: the blobs the entries name are in the database now
     mine = [why for run_id, why in lost if run_id == self.run_id]   # not those of processes that died before
     if mine:
       _warn_once(f"replay capture: could not store {len(mine)} capture{'s' * (len(mine) != 1)} ({mine[0]}); further "
                  f"failures in this process are counted, not reported")
 
+  def known_part(self, node_key: str) -> Optional[str]:
+    """The blob holding the pickle of the part with this node key, when the database holds it (None when it cannot be
+    opened: the capture that stores the part reports that)."""
+    try: store, _ = self.get()
+    except Exception: return None
+    sha = self.part_shas.get(node_key)
+    return sha if sha is not None and sha in store.known_blobs else None
+
+  def _save_part_index(self, store: Store) -> None:
+    if not self.new_parts: return
+    entries, self.new_parts = self.new_parts, []
+    try: store.add_to_part_index(self.code, entries)
+    except Exception: pass   # an index the database lacks costs the next process pickles, nothing else
+
   def _fold_in_background(self) -> None:
     try: self.fold()
     except Exception: pass   # the captures stay in the journal: folded at exit, or by the next reader
 
-  @staticmethod
-  def _record_git(run_id: int) -> None:
-    try:
-      with Store() as store: store.set_run_git(run_id, *git_state())
+  def _ask_git(self) -> None:
+    try: self.git_found = git_state()
     except Exception: pass   # the run row says less; the captures are what counts
+
+  def _write_git(self, store: Store, run_id: int) -> None:
+    found, self.git_found = self.git_found, None
+    if found is None: return
+    try: store.set_run_git(run_id, *found)
+    except Exception: pass
 
   def _at_exit(self, pid: int, store: Store, run_id: Optional[int], git: Optional[threading.Thread]) -> None:
     if os.getpid() != pid: return   # a forked child that exits normally runs its parent's handlers too
     if self.timer is not None: self.timer.cancel()
-    try: self.fold()
+    try: self.fold(store)
     except Exception as e:
       where = self.journal.dir if self.journal is not None else "its journal"
       _warn_once(f"replay capture: captures wait in {where}: they could not be moved into the database ({e}); the "
                  f"next command that reads it moves them")
     if run_id is None: return
     if git is not None: git.join(timeout=30)
+    self._write_git(store, run_id)
     try: store.finish_run(run_id)
     except Exception: pass
 
@@ -227,10 +262,11 @@ def location() -> str:
 _frame_names: dict[int, tuple] = {}
 
 
-def code_frame() -> Optional[tuple[str, int, str]]:
-  """(file, line, function) of the innermost frame outside the compiler and the harness (each code object is looked
-  up once: tensors are made by the thousand, from the same few places)."""
-  frame, names = sys._getframe(1), _frame_names
+def code_frame(start=None) -> Optional[tuple[str, int, str]]:
+  """(file, line, function) of the innermost frame outside the compiler and the harness, from frame `start` outwards
+  (default: the caller's); each code object is looked up once: tensors are made by the thousand, from the same few
+  places."""
+  frame, names = start if start is not None else sys._getframe(1), _frame_names
   while frame is not None:
     code = frame.f_code
     entry = names.get(id(code))
@@ -293,13 +329,29 @@ _ast_parts: "weakref.WeakKeyDictionary[Any, tuple[str, bytes]]" = weakref.WeakKe
 _ast_parts_lock = threading.Lock()
 
 
-def ast_part(ast) -> tuple[str, bytes]:
-  """The AST as a part of its own: its sha256 and pickled bytes (pickled once per process)."""
+def ast_part(ast) -> tuple[str, Optional[bytes]]:
+  """The AST as a part of its own: its sha256 and pickled bytes, pickled once per process; the bytes are None when the
+  database holds them already (found by the AST's structural key, for the code this process runs)."""
   if (hit := _ast_parts.get(ast)) is not None: return hit
-  data = serialize.dumps(ast)
-  part = (hashlib.sha256(data).hexdigest(), data)
+  node_key = _structural_key(ast)
+  if node_key is not None and (sha := SINK.known_part(node_key)) is not None: part = (sha, None)
+  else:
+    data = serialize.dumps(ast)
+    part = (hashlib.sha256(data).hexdigest(), data)
+    if node_key is not None and SINK.code: SINK.new_parts.append((node_key, part[0]))
   with _ast_parts_lock: _ast_parts[ast] = part
   return part
+
+
+def _structural_key(node) -> Optional[str]:
+  """The node's key in the database's part index (None from a compiler whose contract has no structural key)."""
+  key = getattr(sut.contract(), "structural_key", None)
+  return key(node) if key is not None else None
+
+
+def _source_stamp() -> str:
+  try: return sut.source_stamp()
+  except (sut.NoContract, OSError): return ""   # no index: every part is pickled
 
 
 # the payloads of the last few schedules by their kernels: a training loop schedules the same kernels every step

@@ -6,7 +6,7 @@ contract is the module `contract` of the first package (`scheduler.contract` her
 the harness imports. Every use of the compiler in `replay/` goes through `contract()`.
 """
 from __future__ import annotations
-import importlib, os, pathlib
+import hashlib, importlib, os, pathlib, sys
 from typing import Any
 from replay import isolation, revisions
 
@@ -56,3 +56,22 @@ def package_dirs() -> tuple[str, ...]:
   """The folders of the SUT's packages in the tree whose contract is loaded (without importing the packages)."""
   root = pathlib.Path(os.path.abspath(contract().__file__)).parents[1]   # as frames name files: links not followed
   return tuple(str(root / name) + os.sep for name in packages())
+
+
+def source_stamp() -> str:
+  """The code a capturing process runs, as far as its files' metadata tells: the path, size and time of last change
+  of every source file of the SUT's packages and of the harness's pickle format, and the Python version, hashed (no
+  file is read). Pickles of a graph made by processes with one stamp are the same bytes."""
+  from replay import serialize
+  stamp = hashlib.sha256(f"{sys.version_info[:2]}|{contract().VERSION}|{serialize.FORMAT!r}".encode())
+  todo = [*package_dirs(), serialize.__file__]
+  while todo:
+    path = todo.pop()
+    try:
+      if os.path.isdir(path):
+        todo.extend(sorted((entry.path for entry in os.scandir(path) if entry.name != "__pycache__"), reverse=True))
+      elif path.endswith(".py"):
+        info = os.stat(path)
+        stamp.update(f"{path}|{info.st_size}|{info.st_mtime_ns}\n".encode())
+    except OSError: stamp.update(f"{path}|gone\n".encode())
+  return stamp.hexdigest()

@@ -116,6 +116,11 @@ def graph_buffers(graph) -> Iterator[tuple[Any, int, str, int, Callable]]:
     if (buf := u.realized) is not None: yield u, buf.size, buf.dtype.name, buf.nbytes, buf.numpy
 
 
+def structural_key(node) -> str:
+  """A key that graphs built alike share, in any process: the key the compiler finds its compiled programs by."""
+  return node.key.hex()
+
+
 def fresh_buffers(graph, contents: Optional[dict] = None, decode: Optional[Callable] = None,
                   tmpdir: Optional[str] = None):
   """The graph with every BUFFER replaced by a new one of this process (captured numbering would collide), filled with

@@ -25,13 +25,13 @@ def capture_point(kind: str, *inputs: Any, **meta: Any):
   return CapturePoint(kind, inputs, meta)
 
 
-def origin() -> Any:
-  """Where the program is: (file, line, function) of the first frame outside the compiler and the harness, or None;
-  formatted only when a capture names it."""
+def origin(start: Any = None) -> Any:
+  """Where the program is: (file, line, function) of the first frame outside the compiler and the harness, searched
+  from `start` (a frame) or else from the caller outwards, or None; formatted only when a capture names it."""
   if not _FRAME:
     from replay.capture import code_frame
     _FRAME.append(code_frame)
-  return _FRAME[0]()
+  return _FRAME[0](start)
 
 
 _FRAME: list = []   # the harness's frame finder, imported on first use

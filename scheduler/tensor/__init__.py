@@ -12,7 +12,7 @@
 Public methods record their name while they build ops; it rides on schedule items as metadata.
 """
 from __future__ import annotations
-import contextlib, functools
+import contextlib, functools, sys, threading
 from typing import Callable
 from scheduler.tensor.base import TensorBase, current_op
 from scheduler.tensor.creation import Creation
@@ -50,9 +50,9 @@ def _named(name: str, method: Callable) -> Callable:
   @functools.wraps(method)
   def recording(*args, **kwargs):
     if current_op[0] is not None: return method(*args, **kwargs)
-    current_op[0], current_op[1] = name, None
+    current_op[0], current_op[1], current_op[2] = name, None, (threading.get_ident(), sys._getframe(1))
     try: return method(*args, **kwargs)
-    finally: current_op[0] = current_op[1] = None
+    finally: current_op[0] = current_op[1] = current_op[2] = None
   return recording
 
 

@@ -21,8 +21,9 @@ from scheduler.ops import UOp, Ops, resolve, smax, all_metadata
 # every live tensor, so that scheduling can point them at the buffers their values now live in (S56)
 all_tensors: dict[weakref.ref, None] = {}
 # the public Tensor method that is building ops right now, called from outside any other (its name rides on schedule
-# items as metadata), and, while capturing, where the program called it from (found by the first tensor it makes)
-current_op: list = [None, None]
+# items as metadata); while capturing, where the program called it from (found by the first tensor it makes); and the
+# thread that called it with the frame it called from, where that search starts
+current_op: list = [None, None, None]
 
 
 def _origin() -> Optional[tuple]:
@@ -30,9 +31,12 @@ def _origin() -> Optional[tuple]:
   once per call: the walk out of the compiler's frames costs more than the rest of making a tensor), else where it
   made it directly. The place is kept with the thread that found it: another thread's tensors find their own."""
   if current_op[0] is None: return hooks.origin()
-  kept = current_op[1]
-  if kept is None or kept[0] != threading.get_ident():
-    kept = current_op[1] = (threading.get_ident(), hooks.origin())
+  kept, thread = current_op[1], threading.get_ident()
+  if kept is None or kept[0] != thread:
+    caller = current_op[2]
+    # the search starts where the program called the public method (not inside the compiler's frames below it), in
+    # the thread that called it; another thread searches its own frames
+    kept = current_op[1] = (thread, hooks.origin(caller[1] if caller is not None and caller[0] == thread else None))
   return kept[1]
 
 

@@ -313,7 +313,7 @@ def test_tensors_a_public_call_makes_share_where_the_program_called_it(replay_db
     d = a.softmax()
   assert a._origin == (here, line + 2, "test_tensors_a_public_call_makes_share_where_the_program_called_it")
   assert b._origin[:2] == (here, line + 3) and c._origin[:2] == (here, line + 4) and d._origin[:2] == (here, line + 5)
-  assert current_op == [None, None]   # nothing is kept once the call returns
+  assert current_op == [None, None, None]   # nothing is kept once the call returns
   made = []
   def in_another_thread(x):   # while this thread is inside sequential, another thread makes tensors of its own
     worker = threading.Thread(target=lambda: made.append(Tensor.ones(2) + 1))

@@ -1,6 +1,7 @@
 """Parts of capture payloads (`replay/parts.py`): a realize's graph is one blob for its schedule and exec captures, each
 kernel AST one blob for the schedule that made it and the kernel capture that rendered it; readers join them back,
 a missing part is an outcome naming it, and payloads from before parts still replay."""
+import os
 import numpy as np
 from db import Store
 from replay import parts, serialize
@@ -63,3 +64,65 @@ def test_payloads_from_before_parts_still_replay(replay_db):
     old_in, old_out = serialize.dumps(inp), serialize.dumps(out)
     assert parts.GRAPH not in inp and parts.AST not in inp and parts.ASTS not in out
     assert replay_one(cap["kind"], old_in, old_out, {}, shared={})["status"] == "same"
+
+
+def _as_new_process(monkeypatch):
+  """The capture module's state as a new process has it: a new run, nothing pickled yet."""
+  import weakref
+  import replay.capture as capture
+  monkeypatch.setattr(capture, "SINK", capture._Sink())
+  monkeypatch.setattr(capture, "_ast_parts", weakref.WeakKeyDictionary())
+  monkeypatch.setattr(capture, "_schedule_outputs", {})
+  pickled = []
+  real = serialize.dumps
+  monkeypatch.setattr(capture.serialize, "dumps", lambda obj, *a, **k: (pickled.append(obj), real(obj, *a, **k))[1])
+  return pickled
+
+
+def test_a_kernel_ast_the_database_holds_is_not_pickled_again_by_the_same_code(replay_db, monkeypatch):
+  import replay.capture as capture
+  from replay import sut
+  store = _capture_a_realize(replay_db, 41)
+  capture.SINK.fold()   # the captures, then the index entries of the parts they hold
+  (first,) = store.captures(kinds=["schedule"])
+  first_asts = serialize.loads(store.get_blob(first["output_sha"]))[parts.ASTS]
+  assert set(first_asts) <= set(store.part_index(sut.source_stamp()).values())
+  pickled = _as_new_process(monkeypatch)
+  _capture_a_realize(replay_db, 41)
+  capture.SINK.fold()
+  second = store.captures(kinds=["schedule"])[-1]
+  assert second["id"] != first["id"]
+  inp, out, _ = parts.load_capture(store, second)
+  assert serialize.loads(store.get_blob(second["output_sha"]))[parts.ASTS] == first_asts
+  assert pickled and not any(any(obj is ast for ast in out["asts"]) for obj in pickled)   # the graph only
+  result = replay_one("schedule", store.get_blob(second["input_sha"]), store.get_blob(second["output_sha"]), {},
+                      shared=store.shared_blobs(second["id"]))
+  assert result["status"] == "same", result
+  # an entry naming a blob the database does not hold (pruned, or damaged) is not used: the AST is pickled again
+  store.conn.execute("UPDATE part_index SET sha256 = ?", ("0" * 64,))
+  pickled = _as_new_process(monkeypatch)
+  _capture_a_realize(replay_db, 41)
+  capture.SINK.fold()
+  third = store.captures(kinds=["schedule"])[-1]
+  assert serialize.loads(store.get_blob(third["output_sha"]))[parts.ASTS] == first_asts
+  assert sum(any(obj is ast for ast in out["asts"]) for obj in pickled) == len(first_asts)
+  assert set(store.part_index(sut.source_stamp()).values()) >= set(first_asts)   # and the index names them again
+
+
+def test_the_source_stamp_changes_with_any_source_file_of_the_compiler(tmp_path, monkeypatch):
+  from replay import sut
+  package = tmp_path / "pkg"
+  (package / "sub").mkdir(parents=True)
+  (package / "a.py").write_text("x = 1\n")
+  (package / "sub" / "b.py").write_text("y = 2\n")
+  (package / "notes.txt").write_text("not code")
+  monkeypatch.setattr(sut, "package_dirs", lambda: (str(package) + os.sep,))
+  stamp = sut.source_stamp()
+  assert sut.source_stamp() == stamp
+  (package / "notes.txt").write_text("still not code")
+  assert sut.source_stamp() == stamp
+  os.utime(package / "sub" / "b.py", ns=(1, 1))
+  changed = sut.source_stamp()
+  assert changed != stamp
+  (package / "sub" / "c.py").write_text("")
+  assert sut.source_stamp() != changed

@@ -57,7 +57,7 @@ def _shape(conn: sqlite3.Connection) -> dict:
 
 
 def test_a_new_database_has_the_schema_the_migrations_build(tmp_path):
-  """A new file gets the schema in one step (no sqlite-utils, no twelve migrations); it must be what they build."""
+  """A new file gets the schema in one step (no sqlite-utils, no chain of migrations); it must be what they build."""
   fresh = Store(str(tmp_path / "fresh.db"))
   assert fresh._db is None   # made without sqlite-utils
   path = tmp_path / "migrated.db"
