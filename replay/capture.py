@@ -383,6 +383,9 @@ def flags_json(flags: dict[str, int]) -> tuple[str, str]:
   return hit
 
 
+_enclosing = threading.local()   # per thread, the location of the captured call running now
+
+
 class CapturePoint:
   """One captured call: `with CapturePoint(kind, inputs, meta) as cap: ...; cap.set_output(out)`."""
 
@@ -413,16 +416,21 @@ class CapturePoint:
         self.meta.update(info)
       else: raise ValueError(f"unknown capture kind {kind!r}")
       self.input_data = serialize.dumps(payload, contract.VERSION, plain=kind == "kernel")
-    self.location = location()
+    # the captures a captured call makes inside it (the schedule and kernels of a realize) were taken where it was
+    self.location = getattr(_enclosing, "location", None) or location()
     self.name = self.meta.pop("name", kind)
 
-  def __enter__(self): return self
+  def __enter__(self):
+    self.enclosing_location = getattr(_enclosing, "location", None)
+    _enclosing.location = self.location
+    return self
 
   def set_output(self, output: Any) -> None:
     """The call's result; a callable is called once here (so outputs are only computed when capturing)."""
     self.output, self.has_output = (output() if callable(output) else output), True
 
   def __exit__(self, exc_type, exc, tb):
+    _enclosing.location = self.enclosing_location
     if exc_type is not None or not self.has_output: return False
     try: self._store()
     except Exception as e:

@@ -71,6 +71,28 @@ def test_replay_location_labels_regions_per_thread_and_nests(replay_db):
   assert caps and all(c["location"].startswith("probe @ ") for c in caps)
 
 
+def test_the_captures_inside_a_realize_are_where_the_realize_was_called(replay_db, monkeypatch):
+  import inspect
+  import numpy as np
+  import replay.capture as capture
+  from scheduler import Tensor
+  from scheduler.helpers import Context
+  monkeypatch.delenv("PYTEST_CURRENT_TEST")   # locations are then the program's lines, not the test's name
+  line = inspect.currentframe().f_lineno
+  with Context(CAPTURE_PROCESS_REPLAY=1):
+    x = Tensor(np.arange(29 * 3, dtype=np.float32).reshape(29, 3))   # a shape of its own: its kernels are rendered
+    (x.exp() * 2).sum(axis=1).realize()
+    (x + 1).schedule()
+  capture.SINK.fold()
+  here, name = os.path.relpath(__file__), "test_the_captures_inside_a_realize_are_where_the_realize_was_called"
+  by_kind = {kind: [c["location"] for c in Store(str(replay_db)).captures(kinds=[kind])]
+             for kind in ("exec", "schedule", "kernel")}
+  assert by_kind["exec"] == [f"{here}:{line + 3} {name}"] and by_kind["kernel"]
+  assert set(by_kind["kernel"]) == {f"{here}:{line + 3} {name}"}
+  assert by_kind["schedule"] == [f"{here}:{line + 3} {name}", f"{here}:{line + 4} {name}"]
+  assert capture._enclosing.location is None   # nothing is kept once the realize returns
+
+
 WORKER = """
   import numpy as np, sys
   from scheduler import Tensor
