@@ -18,7 +18,10 @@ from typing import Iterator, Optional
 try: import fcntl
 except ImportError: fcntl = None   # no advisory locks (Windows): captures are committed one by one instead
 
-MAGIC = b"RPJ1"
+# RPJ2: the record's header is its fields as strings joined by NUL (writing JSON cost a third of a capture's journal
+# write); a record whose fields do not fit that form (a NUL inside, fields of another set) is written as RPJ1, JSON
+MAGIC, JSON_MAGIC = b"RPJ2", b"RPJ1"
+FIELDS = ("run_id", "kind", "key", "name", "location", "time", "input_sha", "output_sha", "flags", "meta")
 _HEAD = struct.Struct("<4sII")   # magic, body length, crc32 of the body
 _HEADER_LENGTH = struct.Struct("<I")
 FOLD_AFTER_SECONDS = 1.0          # how long a capture may wait in the journal while its process runs
@@ -46,27 +49,71 @@ class Record:
     self.fields, self.blobs, self.shared = fields, blobs, shared
 
   def encode(self) -> bytes:
-    header = json.dumps({**self.fields, "shared": self.shared,
-                         "blobs": [[sha, -1 if data is None else len(data), role] for sha, data, role in self.blobs]},
-                        separators=(",", ":")).encode()
-    datas = [data for _, data, _ in self.blobs if data is not None]
-    body = b"".join([_HEADER_LENGTH.pack(len(header)), header, *datas])
-    return _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + body
+    header = self._joined_header()
+    magic = MAGIC
+    if header is None:
+      magic = JSON_MAGIC
+      header = json.dumps({**self.fields, "shared": self.shared,
+                           "blobs": [[sha, -1 if data is None else len(data), role] for sha, data, role in self.blobs]},
+                          separators=(",", ":")).encode()
+    pieces = [_HEADER_LENGTH.pack(len(header)), header, *(data for _, data, _ in self.blobs if data is not None)]
+    crc = 0
+    for piece in pieces: crc = zlib.crc32(piece, crc)
+    return b"".join([_HEAD.pack(magic, sum(map(len, pieces)), crc), *pieces])
+
+  def _joined_header(self) -> Optional[bytes]:
+    """The RPJ2 header: the fields in FIELDS order, the shared blobs' count and shas, then per blob its sha, size (-1:
+    left out) and role (two strings, both empty for none); None when the record does not fit that form."""
+    fields = self.fields
+    if tuple(fields) != FIELDS or type(fields["run_id"]) is not int or type(fields["time"]) is not float: return None
+    strings = [str(value) if type(value) is not float else repr(value) for value in fields.values()]
+    strings.append(str(len(self.shared)))
+    strings.extend(self.shared)
+    for sha, data, role in self.blobs:
+      if role is not None and len(role) != 2: return None
+      strings.extend((sha, "-1" if data is None else str(len(data)), *(role if role is not None else ("", ""))))
+    text = "\0".join(strings)
+    if text.count("\0") != len(strings) - 1: return None   # a field holds a NUL
+    return text.encode("utf-8", "surrogatepass")
 
   @staticmethod
-  def decode(body: bytes) -> "Record":
+  def decode(body: bytes, magic: bytes = MAGIC) -> "Record":
     (length,) = _HEADER_LENGTH.unpack_from(body)
-    header = json.loads(body[_HEADER_LENGTH.size:_HEADER_LENGTH.size + length])
+    raw_header = body[_HEADER_LENGTH.size:_HEADER_LENGTH.size + length]
+    if len(raw_header) != length: raise ValueError("a header runs past its record")
+    if magic == MAGIC: fields, shared, described = _split_header(raw_header)
+    else: fields, shared, described = _json_header(raw_header)
     pos, blobs = _HEADER_LENGTH.size + length, []
-    for sha, size, role in header.pop("blobs"):
+    for sha, size, role in described:
       data = None if size < 0 else body[pos:pos + size]
       if data is not None and len(data) != size: raise ValueError("a blob runs past its record")
       pos += max(size, 0)
-      blobs.append((str(sha), data, tuple(str(r) for r in role) if role is not None else None))
-    shared = [str(s) for s in header.pop("shared")]
-    if not all(isinstance(v, (str, int, float, type(None))) for v in header.values()):
-      raise ValueError("a record's fields are plain values")
-    return Record(header, blobs, shared)
+      blobs.append((sha, data, role))
+    return Record(fields, blobs, shared)
+
+
+def _split_header(raw: bytes) -> tuple[dict, list[str], list[tuple]]:
+  strings = raw.decode("utf-8", "surrogatepass").split("\0")
+  values: list = strings[:len(FIELDS)]
+  if len(values) != len(FIELDS): raise ValueError("a header lacks fields")
+  values[0], values[5] = int(values[0]), float(values[5])
+  count = int(strings[len(FIELDS)])
+  start = len(FIELDS) + 1
+  shared, rest = strings[start:start + count], strings[start + count:]
+  if count < 0 or len(shared) != count or len(rest) % 4: raise ValueError("a header's blob list is cut short")
+  described = [(rest[i], int(rest[i + 1]), (rest[i + 2], rest[i + 3]) if rest[i + 2] or rest[i + 3] else None)
+               for i in range(0, len(rest), 4)]
+  return dict(zip(FIELDS, values)), shared, described
+
+
+def _json_header(raw: bytes) -> tuple[dict, list[str], list[tuple]]:
+  header = json.loads(raw)
+  described = [(str(sha), int(size), tuple(str(r) for r in role) if role is not None else None)
+               for sha, size, role in header.pop("blobs")]
+  shared = [str(s) for s in header.pop("shared")]
+  if not all(isinstance(v, (str, int, float, type(None))) for v in header.values()):
+    raise ValueError("a record's fields are plain values")
+  return header, shared, described
 
 
 def records(data: bytes) -> Iterator[Record]:
@@ -75,8 +122,8 @@ def records(data: bytes) -> Iterator[Record]:
   while pos + _HEAD.size <= len(data):
     magic, length, crc = _HEAD.unpack_from(data, pos)
     body = data[pos + _HEAD.size:pos + _HEAD.size + length]
-    if magic != MAGIC or len(body) != length or zlib.crc32(body) != crc: return
-    try: record = Record.decode(body)
+    if magic not in (MAGIC, JSON_MAGIC) or len(body) != length or zlib.crc32(body) != crc: return
+    try: record = Record.decode(body, magic)
     except (ValueError, TypeError, KeyError, AttributeError, struct.error): return
     yield record
     pos += _HEAD.size + length

@@ -1,5 +1,5 @@
 """The capture journal (db/journal.py): records that survive a kill, and folding them into the database once."""
-import os, signal, subprocess, sys, textwrap, zlib
+import json, os, signal, struct, subprocess, sys, textwrap, zlib
 from db import Store, journal
 from tests.conftest import REPO
 
@@ -22,6 +22,31 @@ def test_records_read_back_up_to_a_write_a_kill_cut_short():
   assert [r.fields["key"] for r in journal.records(bytes(damaged))] == ["k0"]
   (back,) = journal.records(_record(7, 1, b"x" * 1000).encode())
   assert back.blobs[0][1:] == (b"x" * 1000, ("kernel", "input")) and back.blobs[1][1:] == (b"output", None)
+
+
+def _as_json_record(record: journal.Record) -> bytes:
+  """The record as a process of the previous version wrote it (RPJ1: a JSON header)."""
+  described = [[sha, -1 if data is None else len(data), role] for sha, data, role in record.blobs]
+  header = json.dumps({**record.fields, "shared": record.shared, "blobs": described}).encode()
+  body = b"".join([struct.pack("<I", len(header)), header, *(d for _, d, _ in record.blobs if d is not None)])
+  return struct.pack("<4sII", b"RPJ1", len(body), zlib.crc32(body)) + body
+
+
+def test_records_read_back_whatever_their_fields_hold_and_from_older_writers():
+  odd = _record(1, 1)
+  odd.fields.update(name="E_\u00e9\udcff", location="a\x00b.py:3 f", meta='{"k": "\\n"}')   # a NUL: the JSON form
+  plain, shared = _record(2, 1), _record(3, 1)
+  shared.shared, shared.blobs = ["s" * 64], [("s" * 64, None, ("part", "ast")), *shared.blobs]
+  data = odd.encode() + plain.encode() + shared.encode() + _as_json_record(_record(4, 1))
+  assert data[:4] == b"RPJ1" and plain.encode()[:4] == b"RPJ2"
+  back = list(journal.records(data))
+  assert [r.fields for r in back] == [odd.fields, plain.fields, shared.fields, _record(4, 1).fields]
+  assert [(r.blobs, r.shared) for r in back[1:3]] == [(plain.blobs, []), (shared.blobs, ["s" * 64])]
+  # a header whose numbers are not numbers ends the segment there, as a damaged record does
+  bad = plain.encode().replace(b"\x001002.0\x00", b"\x00later!\x00")
+  assert bad != plain.encode()
+  body = bad[12:]
+  assert list(journal.records(struct.pack("<4sII", b"RPJ2", len(body), zlib.crc32(body)) + body)) == []
 
 
 def _journal(db: str, records: int) -> tuple[Store, int, journal.Journal]:
