@@ -3,7 +3,8 @@
 Each capture point serializes its inputs when the captured call starts (an `exec` reads its input
 buffers before the kernels overwrite them) and its outputs when it returns, then appends both to the
 process's capture journal (`db/journal.py`) in one write: a capture is durable as soon as the captured
-call has returned. The journal is folded into the database a second later, and at exit.
+call has returned. The journal is folded into the database a second later (by the next capture, in the thread that
+takes it; by a timer when the program stopped capturing), and at exit.
 """
 from __future__ import annotations
 import atexit, contextlib, hashlib, json, os, platform, sys, threading, time, weakref
@@ -51,6 +52,7 @@ class _Sink:
     self.fold_store: Optional[Store] = None
     self.fold_lock = threading.Lock()
     self.timer: Optional[threading.Timer] = None
+    self.pending_since: Optional[float] = None   # when the oldest capture the journal holds unfolded was taken
     self.git_found: Optional[tuple] = None   # the run's git state, found by a thread and not written yet
     # the database's index of part pickles (node key -> blob) for the code this process runs, and what it adds
     self.code = ""
@@ -61,7 +63,7 @@ class _Sink:
     with self.lock:
       if self.pid != os.getpid():   # a new process (or the first capture): a new run, new connections
         self.pid, self.local = os.getpid(), threading.local()
-        self.fold_store, self.fold_lock, self.timer = None, threading.Lock(), None
+        self.fold_store, self.fold_lock, self.timer, self.pending_since = None, threading.Lock(), None, None
         store = self._thread_store()
         self.journal = journal.Journal(store.path, store.known_blobs) if journal.available(store.path) else None
         self.code, self.new_parts = _source_stamp(), []
@@ -108,11 +110,13 @@ class _Sink:
       try: size = self.journal.append(fields, blobs, list(shared))
       except journal.JournalError: size = None
       if size is not None:
-        if size >= journal.FOLD_AT_BYTES: self.fold()
-        elif self.timer is None:
-          self.timer = threading.Timer(journal.FOLD_AFTER_SECONDS, self._fold_in_background)
-          self.timer.daemon = True
-          self.timer.start()
+        now = time.monotonic()
+        if self.pending_since is None: self.pending_since = now
+        # folded here, by the thread that captures, once the oldest capture waited long enough: a fold in a thread of
+        # its own hands the interpreter back and forth with the program at every database call (a thousand thread
+        # switches a second, which cost the program more than the fold itself)
+        if size >= journal.FOLD_AT_BYTES or now - self.pending_since >= journal.FOLD_AFTER_SECONDS: self.fold(store)
+        elif self.timer is None: self._fold_later(2 * journal.FOLD_AFTER_SECONDS)
         return
     store.add_capture(run_id, kind, key, name, location, input_data, output_data, flags, meta, input_sha=input_sha,
                       shared_blobs=shared, roles=roles)
@@ -121,7 +125,7 @@ class _Sink:
     """Move the captures waiting in this process's journal into the database (through `store`, a connection of this
     process no other thread uses now, or one of the folder's own)."""
     with self.fold_lock:
-      self.timer = None
+      self.pending_since = None
       if self.pid != os.getpid(): return
       if self.journal is None:
         self._save_part_index(store or self._thread_store())
@@ -152,7 +156,20 @@ class _Sink:
     try: store.add_to_part_index(self.code, entries)
     except Exception: pass   # an index the database lacks costs the next process pickles, nothing else
 
+  def _fold_later(self, seconds: float) -> None:
+    """A fold in a thread of its own for a program that stopped capturing (one that captures folds as it goes)."""
+    self.timer = threading.Timer(seconds, self._fold_in_background)
+    self.timer.daemon = True
+    self.timer.start()
+
   def _fold_in_background(self) -> None:
+    self.timer = None
+    since = self.pending_since
+    if since is None: return   # folded by a capture since: the next unfolded capture arms the timer again
+    left = 2 * journal.FOLD_AFTER_SECONDS - (time.monotonic() - since)
+    if left > 0:   # a capture folded meanwhile, and the program captures still
+      self._fold_later(left)
+      return
     try: self.fold()
     except Exception: pass   # the captures stay in the journal: folded at exit, or by the next reader
 

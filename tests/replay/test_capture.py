@@ -93,6 +93,46 @@ def test_the_captures_inside_a_realize_are_where_the_realize_was_called(replay_d
   assert capture._enclosing.location is None   # nothing is kept once the realize returns
 
 
+def _rows_in_file(path) -> int:
+  """Captures the database file holds (read with sqlite alone: a Store would fold the journal first)."""
+  import sqlite3
+  conn = sqlite3.connect(str(path))
+  try: return conn.execute("SELECT count(*) FROM captures").fetchone()[0]
+  except sqlite3.OperationalError: return 0
+  finally: conn.close()
+
+
+def test_a_program_that_captures_folds_its_journal_itself_and_one_that_stopped_by_a_timer(replay_db, monkeypatch):
+  import numpy as np
+  import db.journal as journal
+  import replay.capture as capture
+  from scheduler import Tensor
+  from scheduler.helpers import Context
+  monkeypatch.setattr(journal, "FOLD_AFTER_SECONDS", 0.3)
+  timers = []
+  def fold_later(sink, seconds):
+    timers.append(seconds)
+    sink.timer = threading.Timer(60, lambda: None)   # armed, never started
+  monkeypatch.setattr(capture._Sink, "_fold_later", fold_later)
+  x = Tensor(np.arange(31 * 2, dtype=np.float32).reshape(31, 2))
+  with Context(CAPTURE_PROCESS_REPLAY=1):
+    (x + 1).realize()
+    assert _rows_in_file(replay_db) == 0 and timers == [0.6]   # waiting in the journal; a timer would fold it later
+    time.sleep(0.35)
+    (x * 3).realize()   # the oldest capture waited long enough: this capture folds, in this thread
+    folded = _rows_in_file(replay_db)
+    assert folded >= 2
+    # a program that stopped capturing: its last captures are folded by the timer
+    monkeypatch.undo()
+    monkeypatch.setenv("REPLAY_DB", str(replay_db))
+    capture.SINK.timer = None
+    monkeypatch.setattr(journal, "FOLD_AFTER_SECONDS", 0.1)
+    (x - 2).realize()
+  deadline = time.monotonic() + 10
+  while _rows_in_file(replay_db) == folded and time.monotonic() < deadline: time.sleep(0.05)
+  assert _rows_in_file(replay_db) > folded
+
+
 WORKER = """
   import numpy as np, sys
   from scheduler import Tensor
