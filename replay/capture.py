@@ -53,7 +53,7 @@ class _Sink:
     self.fold_lock = threading.Lock()
     self.timer: Optional[threading.Timer] = None
     self.pending_since: Optional[float] = None   # when the oldest capture the journal holds unfolded was taken
-    self.git_found: Optional[tuple] = None   # the run's git state, found by a thread and not written yet
+    self.git: Optional[GitQuery] = None   # the git process asked for the run's state, not written yet
     # the database's index of part pickles (node key -> blob) for the code this process runs, and what it adds
     self.code = ""
     self.part_shas: dict[str, str] = {}
@@ -70,13 +70,10 @@ class _Sink:
         self.part_shas = store.part_index(self.code) if self.code else {}
         env_run = os.getenv("REPLAY_RUN_ID")
         self.run_id = int(env_run) if env_run else store.add_run(**run_info(with_git=False))
-        git, self.git_found = None, None
-        if not env_run:
-          # git takes a few milliseconds in a process of its own: the program goes on meanwhile, and the next capture
-          # (or the exit) writes what it found
-          git = threading.Thread(target=self._ask_git, daemon=True)
-          git.start()
-        atexit.register(self._at_exit, os.getpid(), store, None if env_run else self.run_id, git)
+        # git takes a few milliseconds in a process of its own: the program goes on meanwhile, and a fold (or the exit)
+        # writes what it found
+        self.git = GitQuery() if not env_run else None
+        atexit.register(self._at_exit, os.getpid(), store, None if env_run else self.run_id)
         # the defaults of the compiler this process imported (the process that made the run may have imported another)
         store.set_run_flag_defaults(self.run_id, flag_defaults_json())
     assert self.run_id is not None
@@ -98,7 +95,6 @@ class _Sink:
           roles: dict[str, tuple]) -> None:
     """Store one capture: into the journal, folded into the database a second later (or at once without one, or
     when its folder cannot be written)."""
-    if self.git_found is not None: self._write_git(store, run_id)
     if self.journal is not None:
       output_sha = hashlib.sha256(output_data).hexdigest()
       fields = {"run_id": run_id, "kind": kind, "key": key, "name": name, "location": location, "time": time.time(),
@@ -137,6 +133,7 @@ class _Sink:
         store = self.fold_store
       _, lost = journal.fold_pending(store)
       self._save_part_index(store)   # after the fold: the blobs the entries name are in the database now
+      self._write_git(store, wait=False)
     mine = [why for run_id, why in lost if run_id == self.run_id]   # not those of processes that died before
     if mine:
       _warn_once(f"replay capture: could not store {len(mine)} capture{'s' * (len(mine) != 1)} ({mine[0]}); further "
@@ -173,17 +170,15 @@ class _Sink:
     try: self.fold()
     except Exception: pass   # the captures stay in the journal: folded at exit, or by the next reader
 
-  def _ask_git(self) -> None:
-    try: self.git_found = git_state()
+  def _write_git(self, store: Store, wait: bool) -> None:
+    """The run's git state into its row, once git answered (`wait`: at exit, for up to its timeout)."""
+    query, run_id = self.git, self.run_id
+    if query is None or run_id is None or (found := query.result(wait)) is None: return
+    self.git = None
+    try: store.set_run_git(run_id, *found)
     except Exception: pass   # the run row says less; the captures are what counts
 
-  def _write_git(self, store: Store, run_id: int) -> None:
-    found, self.git_found = self.git_found, None
-    if found is None: return
-    try: store.set_run_git(run_id, *found)
-    except Exception: pass
-
-  def _at_exit(self, pid: int, store: Store, run_id: Optional[int], git: Optional[threading.Thread]) -> None:
+  def _at_exit(self, pid: int, store: Store, run_id: Optional[int]) -> None:
     if os.getpid() != pid: return   # a forked child that exits normally runs its parent's handlers too
     if self.timer is not None: self.timer.cancel()
     try: self.fold(store)
@@ -192,8 +187,7 @@ class _Sink:
       _warn_once(f"replay capture: captures wait in {where}: they could not be moved into the database ({e}); the "
                  f"next command that reads it moves them")
     if run_id is None: return
-    if git is not None: git.join(timeout=30)
-    self._write_git(store, run_id)
+    with self.fold_lock: self._write_git(store, wait=True)
     try: store.finish_run(run_id)
     except Exception: pass
 
@@ -236,19 +230,49 @@ def flag_defaults_json() -> str:
   return json.dumps(_flag_defaults())
 
 
+GIT_STATUS = ["git", "status", "--porcelain=v2", "--branch", "--untracked-files=no"]
+GIT_TIMEOUT = 10
+
+
 def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:
   """(commit, whether tracked files differ from it) of the repository around `cwd`, or (None, None) outside one: one
-  git process (`status --branch` names the commit), which a capturing process pays for."""
-  import subprocess   # here: a capturing process asks git from a thread of its own, after its first capture
-  try:
-    status = subprocess.run(["git", "status", "--porcelain=v2", "--branch", "--untracked-files=no"], cwd=cwd,
-                            capture_output=True, text=True, timeout=10)
+  git process (`status --branch` names the commit)."""
+  import subprocess
+  try: status = subprocess.run(GIT_STATUS, cwd=cwd, capture_output=True, text=True, timeout=GIT_TIMEOUT)
   except (OSError, subprocess.SubprocessError): return None, None
-  if status.returncode != 0: return None, None
-  lines = status.stdout.splitlines()
+  return _git_answer(status.returncode, status.stdout)
+
+
+def _git_answer(returncode: int, stdout: str) -> tuple[Optional[str], Optional[int]]:
+  if returncode != 0: return None, None
+  lines = stdout.splitlines()
   commit = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), None)
   if commit is None or commit == "(initial)": return None, None
   return commit, int(any(not line.startswith("#") for line in lines))
+
+
+class GitQuery:
+  """`git_state` asked of a git process that runs while the program goes on, its answer read once it exited: no
+  thread of this process waits for it (a thread reading git's output took the interpreter from the program a few
+  hundred times)."""
+  def __init__(self):
+    import subprocess   # here: a process that does not capture never starts one
+    self.started = time.monotonic()
+    try: self.proc: Optional[Any] = subprocess.Popen(GIT_STATUS, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                                    stdin=subprocess.DEVNULL, text=True)
+    except OSError: self.proc = None
+
+  def result(self, wait: bool) -> Optional[tuple[Optional[str], Optional[int]]]:
+    """The answer; None while git runs and `wait` is false. A git that outlives its timeout is stopped."""
+    import subprocess
+    if self.proc is None: return None, None
+    if not wait and self.proc.poll() is None and time.monotonic() - self.started < GIT_TIMEOUT: return None
+    try: stdout, _ = self.proc.communicate(timeout=max(0.0, GIT_TIMEOUT - (time.monotonic() - self.started)))
+    except (OSError, subprocess.SubprocessError, ValueError):
+      self.proc.kill()
+      self.proc.wait()
+      return None, None
+    return _git_answer(self.proc.returncode, stdout)
 
 
 _outside_cache: dict[str, Optional[str]] = {}

@@ -339,6 +339,21 @@ def test_a_capture_run_that_could_not_store_captures_fails_and_says_how_many(tmp
   assert report.returncode == 4 and "could not be stored" in report.stdout, report.stdout
 
 
+def test_a_fold_writes_the_git_state_once_git_answered_and_no_thread_waits_for_it(replay_db):
+  import numpy as np
+  import replay.capture as capture
+  from replay.capture import git_state
+  from scheduler import Tensor
+  from scheduler.helpers import Context
+  threads = threading.active_count()
+  with Context(CAPTURE_PROCESS_REPLAY=1): (Tensor(np.ones(37, np.float32)) * 5).realize()
+  assert threading.active_count() <= threads + 1   # at most the timer of a later fold
+  capture.SINK.git.proc.wait(timeout=30)
+  capture.SINK.fold()
+  run = Store(str(replay_db)).run(capture.SINK.run_id)
+  assert capture.SINK.git is None and (run["git_commit"], run["git_dirty"]) == git_state()
+
+
 def test_an_exec_capture_names_where_the_program_made_each_output(tmp_path):
   db = tmp_path / "r.db"
   program = tmp_path / "prog.py"
