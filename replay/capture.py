@@ -111,7 +111,9 @@ class _Sink:
         # folded here, by the thread that captures, once the oldest capture waited long enough: a fold in a thread of
         # its own hands the interpreter back and forth with the program at every database call (a thousand thread
         # switches a second, which cost the program more than the fold itself)
-        if size >= journal.FOLD_AT_BYTES or now - self.pending_since >= journal.FOLD_AFTER_SECONDS: self.fold(store)
+        if size >= journal.FOLD_AT_BYTES or now - self.pending_since >= journal.FOLD_AFTER_SECONDS:
+          try: self.fold(store)
+          except Exception: pass   # this capture is in the journal: folded later, at exit, or by the next reader
         elif self.timer is None: self._fold_later(2 * journal.FOLD_AFTER_SECONDS)
         return
     store.add_capture(run_id, kind, key, name, location, input_data, output_data, flags, meta, input_sha=input_sha,

@@ -1,6 +1,6 @@
 """Capture: all three kinds from the corpus, no duplicate blobs, durability under SIGKILL, concurrent
 writers, the restricted unpickler, and captures surviving a reordered Ops enum."""
-import json, os, pickle, shutil, signal, subprocess, sys, textwrap, threading, time
+import json, os, pickle, shutil, signal, sqlite3, subprocess, sys, textwrap, threading, time
 import pytest
 from db import Store
 from replay import serialize
@@ -337,6 +337,26 @@ def test_a_capture_run_that_could_not_store_captures_fails_and_says_how_many(tmp
   report = subprocess.run([sys.executable, "-m", "replay", "run"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
   assert report.returncode == 4 and "could not be stored" in report.stdout, report.stdout
+
+
+def test_a_fold_that_fails_inside_a_capture_loses_nothing(replay_db, monkeypatch, capsys):
+  import numpy as np
+  import db.journal as journal
+  import replay.capture as capture
+  from scheduler import Tensor
+  from scheduler.helpers import Context
+  def locked(store): raise sqlite3.OperationalError("database is locked")
+  fold_pending = journal.fold_pending
+  monkeypatch.setattr(journal, "FOLD_AFTER_SECONDS", 0.0)   # every capture folds
+  monkeypatch.setattr(journal, "fold_pending", locked)
+  sink = capture.SINK
+  with Context(CAPTURE_PROCESS_REPLAY=1): (Tensor(np.ones(41, np.float32)) + 4).realize()
+  assert _rows_in_file(replay_db) == 0   # the folds failed: the captures wait in the journal
+  monkeypatch.setattr(journal, "fold_pending", fold_pending)
+  sink.fold()
+  store = Store(str(replay_db))
+  assert store.capture_counts(sink.run_id)["exec"] == 1 and not store.run(sink.run_id)["lost"]
+  assert "could not store" not in capsys.readouterr().err
 
 
 def test_a_fold_writes_the_git_state_once_git_answered_and_no_thread_waits_for_it(replay_db):
