@@ -63,17 +63,20 @@ class Record:
 
   def _joined_header(self) -> Optional[bytes]:
     """The RPJ2 header: the fields in FIELDS order, the shared blobs' count and shas, then per blob its sha, size (-1:
-    left out) and role (two strings, both empty for none); None when the record does not fit that form."""
+    left out) and role (two strings, both empty for none); None when the record does not fit that form (a field that
+    is not text where FIELDS has text, or holds a NUL)."""
     fields = self.fields
-    if tuple(fields) != FIELDS or type(fields["run_id"]) is not int or type(fields["time"]) is not float: return None
-    strings = [str(value) if type(value) is not float else repr(value) for value in fields.values()]
-    strings.append(str(len(self.shared)))
-    strings.extend(self.shared)
+    if tuple(fields) != FIELDS: return None
+    run_id, kind, key, name, location, when, *rest = fields.values()
+    if type(run_id) is not int or type(when) is not float: return None
+    strings = [str(run_id), kind, key, name, location, repr(when), *rest, str(len(self.shared)), *self.shared]
     for sha, data, role in self.blobs:
-      if role is not None and len(role) != 2: return None
-      strings.extend((sha, "-1" if data is None else str(len(data)), *(role if role is not None else ("", ""))))
-    text = "\0".join(strings)
-    if text.count("\0") != len(strings) - 1: return None   # a field holds a NUL
+      if role is None: role = ("", "")
+      elif len(role) != 2 or role == ("", ""): return None
+      strings += (sha, "-1" if data is None else str(len(data)), *role)
+    try: text = "\0".join(strings)
+    except TypeError: return None
+    if text.count("\0") != len(strings) - 1: return None
     return text.encode("utf-8", "surrogatepass")
 
   @staticmethod

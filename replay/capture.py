@@ -442,13 +442,13 @@ class CapturePoint:
     self.contract = contract = sut.contract()
     self.flags = contract.flag_values()
     # pickling a graph leaves buffer contents out (they are stored apart); a kernel's AST is pickled once per process
-    pickles = kind != "kernel" or inputs[0] not in _ast_parts
-    with contract.without_pickled_buffers() if pickles else contextlib.nullcontext():
+    pickled = _ast_parts.get(inputs[0]) if kind == "kernel" else None
+    with contract.without_pickled_buffers() if pickled is None else contextlib.nullcontext():
       if kind == "schedule":
         sha, graph = graph_part(inputs[0])
         payload, self.shared, self.roles = {parts.GRAPH: sha}, {sha: graph}, {sha: _GRAPH_ROLE}
       elif kind == "kernel":
-        sha, ast = ast_part(inputs[0])
+        sha, ast = pickled or ast_part(inputs[0])
         payload, self.shared = {parts.AST: sha, "device": inputs[1], "options": inputs[2]}, {sha: ast}
         self.roles = {sha: _AST_ROLE}
       elif kind == "exec":

@@ -36,7 +36,8 @@ def dumps(obj: Any, version: Optional[int] = None, plain: bool = False) -> bytes
   """The payload behind its first line (`PRPL3 contract=N`); N is the version of the contract on the path. `plain`: the
   caller built the payload from plain values only (no graph node to list first)."""
   if version is None: version = sut.contract().VERSION
-  nodes = [] if plain else graph_nodes(obj)
+  if plain: return FORMAT + b" contract=%d\n" % version + pickle.dumps(([], obj), protocol=PROTOCOL)
+  nodes = graph_nodes(obj)
   out = io.BytesIO()
   out.write(FORMAT + b" contract=%d\n" % version)
   pickler = pickle.Pickler(out, protocol=PROTOCOL)

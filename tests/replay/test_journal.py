@@ -35,12 +35,13 @@ def _as_json_record(record: journal.Record) -> bytes:
 def test_records_read_back_whatever_their_fields_hold_and_from_older_writers():
   odd = _record(1, 1)
   odd.fields.update(name="E_\u00e9\udcff", location="a\x00b.py:3 f", meta='{"k": "\\n"}')   # a NUL: the JSON form
-  plain, shared = _record(2, 1), _record(3, 1)
+  plain, shared, untyped = _record(2, 1), _record(3, 1), _record(5, 1)
+  untyped.fields["name"] = None   # not text: the JSON form keeps it None
   shared.shared, shared.blobs = ["s" * 64], [("s" * 64, None, ("part", "ast")), *shared.blobs]
-  data = odd.encode() + plain.encode() + shared.encode() + _as_json_record(_record(4, 1))
-  assert data[:4] == b"RPJ1" and plain.encode()[:4] == b"RPJ2"
+  data = odd.encode() + plain.encode() + shared.encode() + _as_json_record(_record(4, 1)) + untyped.encode()
+  assert data[:4] == b"RPJ1" and plain.encode()[:4] == b"RPJ2" and untyped.encode()[:4] == b"RPJ1"
   back = list(journal.records(data))
-  assert [r.fields for r in back] == [odd.fields, plain.fields, shared.fields, _record(4, 1).fields]
+  assert [r.fields for r in back] == [odd.fields, plain.fields, shared.fields, _record(4, 1).fields, untyped.fields]
   assert [(r.blobs, r.shared) for r in back[1:3]] == [(plain.blobs, []), (shared.blobs, ["s" * 64])]
   # a header whose numbers are not numbers ends the segment there, as a damaged record does
   bad = plain.encode().replace(b"\x001002.0\x00", b"\x00later!\x00")
