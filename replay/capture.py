@@ -29,6 +29,15 @@ def _inside_dirs() -> tuple[str, ...]:
   return _package_dirs[0]
 
 
+_contracts: list = []
+
+
+def _contract() -> Any:
+  """The compiler's contract, found once per process (finding it reads the environment: a few us, at every capture)."""
+  if not _contracts: _contracts.append(sut.contract())
+  return _contracts[0]
+
+
 def _flags_now() -> dict[str, int]:
   try: return sut.contract().flag_values()
   except sut.NoContract: return {}
@@ -338,7 +347,7 @@ def _exec_inputs(sink) -> tuple[dict, dict, dict[str, bytes]]:
   """The contents of every realized buffer the graph reads (constant fills by value, large buffers as blobs of their
   own, returned third); buffers above the cap by shape, dtype and hash only."""
   cap, contents, omitted, shared = max_exec_bytes(), {}, [], {}
-  for u, size, dtype_name, nbytes, read in sut.contract().graph_buffers(sink):
+  for u, size, dtype_name, nbytes, read in _contract().graph_buffers(sink):
     if nbytes > cap:
       contents[u] = {"omitted": True, "size": size, "dtype": dtype_name, "nbytes": nbytes,
                      "sha256": hashlib.sha256(read().tobytes()).hexdigest()}
@@ -388,7 +397,7 @@ def ast_part(ast) -> tuple[str, Optional[bytes]]:
 
 def _structural_key(node) -> Optional[str]:
   """The node's key in the database's part index (None from a compiler whose contract has no structural key)."""
-  key = getattr(sut.contract(), "structural_key", None)
+  key = getattr(_contract(), "structural_key", None)
   return key(node) if key is not None else None
 
 
@@ -409,7 +418,7 @@ def _schedule_output(asts: list, var_vals: dict) -> tuple[bytes, dict[str, bytes
   if len(_schedule_outputs) >= SCHEDULE_MEMO: _schedule_outputs.pop(next(iter(_schedule_outputs)))
   ast_parts = [ast_part(a) for a in asts]
   data = serialize.dumps({parts.ASTS: [sha for sha, _ in ast_parts], "var_vals": var_vals})
-  kinds = ",".join(sorted({sut.contract().kernel_kind(a) for a in asts}))
+  kinds = ",".join(sorted({_contract().kernel_kind(a) for a in asts}))
   hit = _schedule_outputs[key] = (data, dict(ast_parts), f"{len(asts)} kernels" + (f": {kinds}" if asts else ""))
   return hit
 
@@ -439,7 +448,7 @@ class CapturePoint:
     # blobs of their own the payloads refer to, by sha256: parts (a graph, kernel ASTs) and an exec's input buffers
     self.shared: dict[str, bytes] = {}
     self.roles: dict[str, tuple] = {}
-    self.contract = contract = sut.contract()
+    self.contract = contract = _contract()
     self.flags = contract.flag_values()
     # pickling a graph leaves buffer contents out (they are stored apart); a kernel's AST is pickled once per process
     pickled = _ast_parts.get(inputs[0]) if kind == "kernel" else None

@@ -218,3 +218,19 @@ def test_every_public_tensor_method_is_called_by_name_somewhere_in_the_tests():
   text = "\n".join(p.read_text() for p in pathlib.Path(__file__).resolve().parents[1].rglob("*.py"))
   public = [n for n in dir(Tensor) if not n.startswith("_")]
   assert [n for n in public if not re.search(rf"\.{n}\b", text)] == []
+
+
+def test_exec_outputs_read_back_as_numpy_reads_them_also_when_they_are_constants():
+  from scheduler import dtypes
+  from scheduler.ops import Ops
+  from scheduler.tensor.base import _read_back
+  tensors = [Tensor.full((1,), 3.0), Tensor.full((2, 3), -0.0), Tensor.full((4,), 7, dtype=dtypes.int8),
+             Tensor.full((2,), True), Tensor.full((3,), float("nan")),
+             Tensor.full((2, 2), 1e-3, dtype=dtypes.float16), Tensor.full((3,), 2.5).pad(((1, 1),)),
+             Tensor.full((2,), 1.5, dtype=dtypes.bfloat16), Tensor([1.0, 2.0]) * 2]
+  for t in tensors: t.realize()
+  assert sum(t.lazydata.op is Ops.CONST for t in tensors) >= 6   # read without a kernel
+  for t, back in zip(tensors, _read_back(tensors)):
+    want = t.numpy()
+    assert back.dtype == want.dtype and back.shape == want.shape
+    assert np.array_equal(back, want, equal_nan=True) and (np.signbit(back) == np.signbit(want)).all()
