@@ -444,9 +444,11 @@ def _read_back(tensors: list) -> list[np.ndarray]:
       u = t.lazydata
       whole_buffer = u.base.op is Ops.BUFFER and u.st is not None and u.st.contiguous and u.size == u.base.size
       # the usual case, a whole contiguous buffer, is read directly instead of scheduling a copy; a constant that no
-      # view masks is its value everywhere (scheduling a kernel to read it took a millisecond)
+      # view masks is its value everywhere (scheduling a kernel to read it took a millisecond), except NaN, whose sign
+      # bit is the device's (the PYTHON runtime's is set)
       if whole_buffer and u.base.realized is not None: values.append(u.base.buffer.numpy().reshape(t.shape))
-      elif u.op is Ops.CONST and t.dtype.base != dtypes.bfloat16 and all(v.mask is None for v in u.st.views):
+      elif u.op is Ops.CONST and u.arg == u.arg and t.dtype.base != dtypes.bfloat16 and \
+          all(v.mask is None for v in u.st.views):
         values.append(np.full(t.shape, u.arg, dtype=to_np_dtype(t.dtype)))
       else: values.append(t.numpy())
   return values
