@@ -98,7 +98,7 @@ class Record:
 def _split_header(raw: bytes) -> tuple[dict, list[str], list[tuple]]:
   strings = raw.decode("utf-8", "surrogatepass").split("\0")
   values: list = strings[:len(FIELDS)]
-  if len(values) != len(FIELDS): raise ValueError("a header lacks fields")
+  if len(strings) <= len(FIELDS): raise ValueError("a header lacks fields")
   values[0], values[5] = int(values[0]), float(values[5])
   count = int(strings[len(FIELDS)])
   start = len(FIELDS) + 1
@@ -127,7 +127,7 @@ def records(data: bytes) -> Iterator[Record]:
     body = data[pos + _HEAD.size:pos + _HEAD.size + length]
     if magic not in (MAGIC, JSON_MAGIC) or len(body) != length or zlib.crc32(body) != crc: return
     try: record = Record.decode(body, magic)
-    except (ValueError, TypeError, KeyError, AttributeError, struct.error): return
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error): return
     yield record
     pos += _HEAD.size + length
 

@@ -48,6 +48,11 @@ def test_records_read_back_whatever_their_fields_hold_and_from_older_writers():
   assert bad != plain.encode()
   body = bad[12:]
   assert list(journal.records(struct.pack("<4sII", b"RPJ2", len(body), zlib.crc32(body)) + body)) == []
+  # headers cut anywhere, with a valid checksum (a hostile or buggy writer), end the segment without an error
+  header = plain._joined_header()
+  for cut in range(0, len(header) + 1, 7):
+    body = struct.pack("<I", cut) + header[:cut]
+    assert list(journal.records(struct.pack("<4sII", b"RPJ2", len(body), zlib.crc32(body)) + body)) == []
 
 
 def _journal(db: str, records: int) -> tuple[Store, int, journal.Journal]:
