@@ -18,8 +18,9 @@ from typing import Iterator, Optional
 try: import fcntl
 except ImportError: fcntl = None   # no advisory locks (Windows): captures are committed one by one instead
 
-# RPJ2: the record's header is its fields as strings joined by NUL (writing JSON cost a third of a capture's journal
-# write); a record whose fields do not fit that form (a NUL inside, fields of another set) is written as RPJ1, JSON
+# RPJ2: the record's header is its fields as strings joined by NUL (the JSON header took a third of encoding a record);
+# a record whose fields do not fit that form (a NUL inside, a field that is not text, fields of another set) is written
+# as RPJ1, JSON
 MAGIC, JSON_MAGIC = b"RPJ2", b"RPJ1"
 FIELDS = ("run_id", "kind", "key", "name", "location", "time", "input_sha", "output_sha", "flags", "meta")
 _HEAD = struct.Struct("<4sII")   # magic, body length, crc32 of the body
@@ -97,8 +98,8 @@ class Record:
 
 def _split_header(raw: bytes) -> tuple[dict, list[str], list[tuple]]:
   strings = raw.decode("utf-8", "surrogatepass").split("\0")
-  values: list = strings[:len(FIELDS)]
   if len(strings) <= len(FIELDS): raise ValueError("a header lacks fields")
+  values: list = strings[:len(FIELDS)]
   values[0], values[5] = int(values[0]), float(values[5])
   count = int(strings[len(FIELDS)])
   start = len(FIELDS) + 1

@@ -39,12 +39,12 @@ def _contract() -> Any:
 
 
 def _flags_now() -> dict[str, int]:
-  try: return sut.contract().flag_values()
+  try: return _contract().flag_values()
   except sut.NoContract: return {}
 
 
 def _flag_defaults() -> dict[str, int]:
-  try: return sut.contract().flag_defaults()
+  try: return _contract().flag_defaults()
   except sut.NoContract: return {}
 
 

@@ -95,7 +95,6 @@ def test_the_captures_inside_a_realize_are_where_the_realize_was_called(replay_d
 
 def _rows_in_file(path) -> int:
   """Captures the database file holds (read with sqlite alone: a Store would fold the journal first)."""
-  import sqlite3
   conn = sqlite3.connect(str(path))
   try: return conn.execute("SELECT count(*) FROM captures").fetchone()[0]
   except sqlite3.OperationalError: return 0
