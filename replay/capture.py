@@ -407,19 +407,21 @@ def _source_stamp() -> str:
 
 
 # the payloads of the last few schedules by their kernels: a training loop schedules the same kernels every step
-_schedule_outputs: dict[tuple, tuple[bytes, dict[str, bytes], str]] = {}
+_schedule_outputs: dict[tuple, tuple[bytes, dict[str, bytes], str, list[str]]] = {}
 SCHEDULE_MEMO = 32
 
 
-def _schedule_output(asts: list, var_vals: dict) -> tuple[bytes, dict[str, bytes], str]:
-  """A schedule's output payload (its kernels as parts), the parts, and the capture's name (`3 kernels: E,r`)."""
+def _schedule_output(asts: list, var_vals: dict) -> tuple[bytes, dict[str, bytes], str, list[str]]:
+  """A schedule's output payload (its kernels as parts, named by prefixes of their hashes), the parts, the capture's
+  name (`3 kernels: E,r`), and the parts' hashes in the schedule's order."""
   key = (tuple(asts), tuple(var_vals.items()))
   if (hit := _schedule_outputs.get(key)) is not None: return hit
   if len(_schedule_outputs) >= SCHEDULE_MEMO: _schedule_outputs.pop(next(iter(_schedule_outputs)))
   ast_parts = [ast_part(a) for a in asts]
-  data = serialize.dumps({parts.ASTS: [sha for sha, _ in ast_parts], "var_vals": var_vals})
+  shas = [sha for sha, _ in ast_parts]
+  data = serialize.dumps({parts.ASTS: parts.short_refs(shas, set(shas)) or shas, "var_vals": var_vals})
   kinds = ",".join(sorted({_contract().kernel_kind(a) for a in asts}))
-  hit = _schedule_outputs[key] = (data, dict(ast_parts), f"{len(asts)} kernels" + (f": {kinds}" if asts else ""))
+  hit = _schedule_outputs[key] = (data, dict(ast_parts), f"{len(asts)} kernels" + (f": {kinds}" if asts else ""), shas)
   return hit
 
 
@@ -499,8 +501,10 @@ class CapturePoint:
     if self.kind == "schedule":
       asts, var_vals = self.output
       with contract.without_pickled_buffers():
-        output_data, ast_parts, self.name = _schedule_output(list(asts), dict(var_vals))
-      self.shared = {**self.shared, **ast_parts}
+        output_data, ast_parts, self.name, shas = _schedule_output(list(asts), dict(var_vals))
+        self.shared = {**self.shared, **ast_parts}
+        if parts.short_refs([], self.shared) is None:   # the graph's hash starts as one of the ASTs' does
+          output_data = serialize.dumps({parts.ASTS: shas, "var_vals": dict(var_vals)})
       self.roles = {**self.roles, **dict.fromkeys(ast_parts, _AST_ROLE)}
     elif self.kind == "kernel":
       src, name, *options = self.output   # older compilers hand over (src, name) only

@@ -6,14 +6,25 @@ that renders it both hold. Stored once, they are pickled once per process and co
 to, kept by `db/` in `capture_blobs` like an exec's input buffers); every reader joins them back with `join_input`
 and `join_output` into the payloads captures held before parts existed (`graph_pickle`, `asts`, `ast`), which is
 also what older captures still are.
+
+A schedule names its kernel ASTs by the first REF_HEX hex digits of their sha256 (its capture's blobs are few, and a
+full hash is most of a schedule's payload once compressed: 64 digits of noise per kernel); a prefix two of the capture's
+blobs share is never written (the capture then names its ASTs in full, as captures before schema 15 did).
 """
 from __future__ import annotations
 from typing import Any, Optional
 from replay import serialize
 
 GRAPH = "graph_blob"     # schedule and exec inputs: the sha256 of the pickled graph
-ASTS = "ast_blobs"       # schedule outputs: the sha256 of each kernel AST, in order
+ASTS = "ast_blobs"       # schedule outputs: the sha256 of each kernel AST (or its first REF_HEX digits), in order
 AST = "ast_blob"         # kernel inputs: the sha256 of the AST
+REF_HEX = 16
+
+
+def short_refs(shas: list[str], blobs) -> Optional[list[str]]:
+  """`shas` by their first REF_HEX digits, or None when two of `blobs` (the capture's, `shas` among them) share them."""
+  if len({sha[:REF_HEX] for sha in blobs}) != len(blobs): return None
+  return [sha[:REF_HEX] for sha in shas]
 
 
 class PartError(ValueError):
@@ -32,6 +43,21 @@ def _ast(shared: Optional[dict[str, bytes]], sha: Any) -> Any:
   return serialize.loads(_part(shared, sha, "kernel AST"))
 
 
+def _full_refs(shared: Optional[dict[str, bytes]], refs: list) -> list:
+  """The references of a list with each prefix of a sha256 replaced by the one blob of the capture it names (a
+  reference that is not a prefix, or names no blob, is left for `_part` to report)."""
+  shared = shared or {}
+  if all(not isinstance(ref, str) or ref in shared or len(ref) != REF_HEX for ref in refs): return refs
+  by_prefix: dict[str, list[str]] = {}
+  for sha in shared: by_prefix.setdefault(sha[:REF_HEX], []).append(sha)
+  found = []
+  for ref in refs:
+    named = by_prefix.get(ref, [ref]) if isinstance(ref, str) and ref not in shared else [ref]
+    if len(named) > 1: raise PartError(f"the kernel AST {ref} of the payload names {len(named)} of the capture's blobs")
+    found.append(named[0])
+  return found
+
+
 def join_input(kind: str, payload: Any, shared: Optional[dict[str, bytes]]) -> Any:
   """An input payload with its parts in place: a graph as `graph_pickle` bytes (loaded where it is used), a kernel
   AST as `ast`."""
@@ -48,7 +74,8 @@ def join_output(kind: str, payload: Any, shared: Optional[dict[str, bytes]]) -> 
   if kind == "schedule" and isinstance(payload, dict) and ASTS in payload:
     shas = payload[ASTS]
     if not isinstance(shas, (list, tuple)): raise PartError("the kernel ASTs of the payload are not a list of hashes")
-    return {**{k: v for k, v in payload.items() if k != ASTS}, "asts": [_ast(shared, sha) for sha in shas]}
+    return {**{k: v for k, v in payload.items() if k != ASTS},
+            "asts": [_ast(shared, sha) for sha in _full_refs(shared, list(shas))]}
   return payload
 
 

@@ -27,9 +27,11 @@ def test_a_realize_stores_its_graph_and_each_kernel_ast_once(replay_db):
          for caps in by_kind.values() for c in caps}
   graph = raw[schedule["id"]][0][parts.GRAPH]
   assert raw[execution["id"]][0][parts.GRAPH] == graph   # one graph for the realize's two captures
-  ast_shas = raw[schedule["id"]][1][parts.ASTS]
+  ast_shas = _ast_shas(store, schedule)
   # every kernel rendered is one of the schedule's ASTs (the others are copies, which are not rendered)
   assert len(kernels) >= 2 and {raw[k["id"]][0][parts.AST] for k in kernels} <= set(ast_shas)
+  # the schedule names them by prefixes of their hashes, each naming one of its blobs
+  assert [sha[:parts.REF_HEX] for sha in ast_shas] == raw[schedule["id"]][1][parts.ASTS]
   referenced = {sha for caps in by_kind.values() for c in caps for sha in store.shared_blob_shas(c["id"])}
   assert {graph, *ast_shas} <= referenced
   # joined, the payloads are what captures held before parts: the same AST objects in schedule and kernel captures
@@ -41,6 +43,41 @@ def test_a_realize_stores_its_graph_and_each_kernel_ast_once(replay_db):
     result = replay_one(cap["kind"], store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), {},
                         shared=store.shared_blobs(cap["id"]))
     assert result["status"] == "same", (cap["kind"], result)
+
+
+def _ast_shas(store, schedule) -> list[str]:
+  """The hashes of a schedule capture's kernel ASTs, in order (its payload names them by prefixes)."""
+  refs = serialize.loads(store.get_blob(schedule["output_sha"]))[parts.ASTS]
+  blobs = store.shared_blob_shas(schedule["id"])
+  return [next(sha for sha in blobs if sha.startswith(ref)) for ref in refs]
+
+
+def test_a_schedule_names_its_asts_in_full_when_a_prefix_is_shared(replay_db, monkeypatch):
+  """A prefix two of the capture's blobs share is never written; one a damaged payload holds is an error naming it."""
+  store = _capture_a_realize(replay_db, 36)
+  (schedule,) = store.captures(kinds=["schedule"])
+  shared = store.shared_blobs(schedule["id"])
+  shas = _ast_shas(store, schedule)
+  assert parts.short_refs(shas, {*shas, shas[0][:parts.REF_HEX] + "0" * 48}) is None
+  clash = {**shared, shas[0][:parts.REF_HEX] + "f" * 48: b"another blob"}
+  payload = {parts.ASTS: [sha[:parts.REF_HEX] for sha in shas], "var_vals": {}}
+  try: parts.join_output("schedule", payload, clash)
+  except parts.PartError as e: assert f"the kernel AST {shas[0][:parts.REF_HEX]} of the payload names 2" in str(e)
+  else: raise AssertionError("a prefix naming two blobs was joined")
+  # full hashes (what a capture writes then, and what captures before prefixes hold) join as they did
+  asts = parts.join_output("schedule", {parts.ASTS: shas, "var_vals": {}}, clash)["asts"]
+  assert asts == parts.join_output("schedule", payload, shared)["asts"]
+  # the capture writes them when the graph's hash starts like an AST's (made to, here: hashes are what they are)
+  import replay.capture as capture
+  real = parts.short_refs
+  monkeypatch.setattr(capture.parts, "short_refs", lambda refs, blobs: None if len(blobs) > len(set(refs)) else
+                      real(refs, blobs))
+  store = _capture_a_realize(replay_db, 36)
+  capture.SINK.fold()
+  latest = store.captures(kinds=["schedule"])[-1]
+  assert serialize.loads(store.get_blob(latest["output_sha"]))[parts.ASTS] == shas
+  assert replay_one("schedule", store.get_blob(latest["input_sha"]), store.get_blob(latest["output_sha"]), {},
+                    shared=store.shared_blobs(latest["id"]))["status"] == "same"
 
 
 def test_a_missing_part_is_incompatible_and_named(replay_db):
@@ -85,7 +122,7 @@ def test_a_kernel_ast_the_database_holds_is_not_pickled_again_by_the_same_code(r
   store = _capture_a_realize(replay_db, 41)
   capture.SINK.fold()   # the captures, then the index entries of the parts they hold
   (first,) = store.captures(kinds=["schedule"])
-  first_asts = serialize.loads(store.get_blob(first["output_sha"]))[parts.ASTS]
+  first_asts = _ast_shas(store, first)
   assert set(first_asts) <= set(store.part_index(sut.source_stamp()).values())
   pickled = _as_new_process(monkeypatch)
   _capture_a_realize(replay_db, 41)
@@ -93,7 +130,7 @@ def test_a_kernel_ast_the_database_holds_is_not_pickled_again_by_the_same_code(r
   second = store.captures(kinds=["schedule"])[-1]
   assert second["id"] != first["id"]
   inp, out, _ = parts.load_capture(store, second)
-  assert serialize.loads(store.get_blob(second["output_sha"]))[parts.ASTS] == first_asts
+  assert _ast_shas(store, second) == first_asts
   assert pickled and not any(any(obj is ast for ast in out["asts"]) for obj in pickled)   # the graph only
   result = replay_one("schedule", store.get_blob(second["input_sha"]), store.get_blob(second["output_sha"]), {},
                       shared=store.shared_blobs(second["id"]))
@@ -104,7 +141,7 @@ def test_a_kernel_ast_the_database_holds_is_not_pickled_again_by_the_same_code(r
   _capture_a_realize(replay_db, 41)
   capture.SINK.fold()
   third = store.captures(kinds=["schedule"])[-1]
-  assert serialize.loads(store.get_blob(third["output_sha"]))[parts.ASTS] == first_asts
+  assert _ast_shas(store, third) == first_asts
   assert sum(any(obj is ast for ast in out["asts"]) for obj in pickled) == len(first_asts)
   assert set(store.part_index(sut.source_stamp()).values()) >= set(first_asts)   # and the index names them again
 
