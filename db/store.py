@@ -41,6 +41,8 @@ def default_path() -> str: return os.getenv("REPLAY_DB") or DEFAULT_PATH
 
 
 DICTIONARY_BYTES = 32 * 1024   # zlib's window: a delta sees this much of its dictionary
+RECENT_BYTES = 16 * 1024       # a dictionary is made of at most this much of its role's latest payloads
+DICTIONARY_GROWTH = 4          # a role's dictionary is made again once its latest payloads are this many times larger
 DICTIONARY_MARK = b"replay zlib dictionary\n"   # a dictionary's bytes are never a payload's
 DELTA_GAIN = 0.8               # a delta is kept when it is at most this part of the payload compressed alone
 MIN_DICTIONARY_BYTES = 256     # smaller payloads are stored as they are
@@ -53,8 +55,12 @@ def _window_bits(size: int) -> int:
 
 
 def _deflate(data: bytes, zdict: Optional[bytes] = None) -> bytes:
-  bits = _window_bits(len(data))
-  squeeze = zlib.compressobj(1, zlib.DEFLATED, bits, 6, zlib.Z_DEFAULT_STRATEGY, *([zdict] if zdict else []))
+  """Compressed `data`: alone, fast and with a window of its size; against a dictionary (a delta), with the whole
+  window and harder for a payload up to a megabyte (a delta is made once per payload the database lacks: its bytes
+  count more than its time)."""
+  if zdict: level, bits = (6 if len(data) <= 1 << 20 else 1), 15
+  else: level, bits = 1, _window_bits(len(data))
+  squeeze = zlib.compressobj(level, zlib.DEFLATED, bits, 8, zlib.Z_DEFAULT_STRATEGY, *([zdict] if zdict else []))
   return squeeze.compress(data) + squeeze.flush()
 
 
@@ -264,7 +270,7 @@ class Store:
     self._known_blobs: set[str] = set()
     self._bases: dict[tuple, tuple[str, bytes]] = {}           # role -> (sha256, bytes) of its current dictionary
     self._pending_bases: dict[tuple, tuple[str, bytes]] = {}   # written in the open transaction
-    self._candidates: dict[tuple, bytes] = {}                  # role -> the start of its last payload stored whole
+    self._candidates: dict[tuple, bytes] = {}                  # role -> its latest payloads (RECENT_BYTES, newest last)
     self._whole_ratios: dict[tuple, float] = {}                # role -> how its last payload compressed alone
     self._dictionaries: dict[str, bytes] = {}                  # bases read lately
     self._present_bases: set[str] = set()                      # bases seen in the database in the open transaction
@@ -355,9 +361,11 @@ class Store:
 
   def _put_blob(self, data: Optional[bytes], sha: Optional[str] = None, role: Optional[tuple] = None) -> str:
     """Store a blob (inside the caller's transaction). With a `role` (what the payload is: kind, input or output), a
-    payload alike to an earlier one of its role is stored as a delta: compressed with a zlib dictionary made of the
-    earlier payload's first bytes. The dictionary is a blob of its own that no capture refers to (one damaged payload
-    still fails its capture alone), made when a second payload would use it (a payload seen once costs nothing more)."""
+    payload alike to earlier ones of its role is stored as a delta: compressed with a zlib dictionary made of the role's
+    latest payloads (up to RECENT_BYTES; made again once they are DICTIONARY_GROWTH times what it was made of, so that
+    a role's dictionaries are few and the later ones rich: kernel ASTs of one program share most of their bytes). The
+    dictionary is a blob of its own that no capture refers to (one damaged payload still fails its capture alone), made
+    when a second payload would use it (a payload seen once costs nothing more)."""
     sha = sha or self.blob_sha(data)
     if sha in self._known_blobs: return sha
     if data is None:   # a caller left out bytes it saw the database hold, and `replay prune` removed them since
@@ -366,6 +374,8 @@ class Store:
       self._insert_blob(sha, data, zlib.compress(data, 1))
       return sha
     role = (*role, len(data).bit_length())   # payloads of a size alike are likelier alike
+    recent = self._candidates.get(role, b"")
+    self._candidates[role] = (recent + data)[-RECENT_BYTES:]
     current = self._pending_bases.get(role) or self._bases.get(role)
     if current is not None and current[0] not in self._present_bases:
       if self.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ? AND base IS NULL", (current[0],)).fetchone():
@@ -381,20 +391,20 @@ class Store:
       if whole is None: whole = _deflate(data)
       self._whole_ratios[role] = len(whole) / len(data)
       return len(packed) <= DELTA_GAIN * len(whole)
-    if current is not None and worth_it(packed := _deflate(data, current[1])):
-      self._insert_blob(sha, data, packed, current[0])
-      return sha
-    if (earlier := self._candidates.get(role)) is not None:
-      # as large as the window of this size of payload (a role is one size class)
-      zdict = DICTIONARY_MARK + earlier[:(1 << _window_bits(len(data))) - len(DICTIONARY_MARK)]
+    # the current dictionary until the role's latest payloads outgrow it, one made of them, the current one after all
+    tries: list[tuple[Optional[str], bytes]] = []
+    if current is not None and DICTIONARY_GROWTH * len(current[1]) > len(recent): tries.append(current)
+    if recent and (current is None or len(recent) > len(current[1])): tries.append((None, DICTIONARY_MARK + recent))
+    if current is not None and current not in tries: tries.append(current)
+    for base, zdict in tries:
       if worth_it(packed := _deflate(data, zdict)):
-        dictionary = self.blob_sha(zdict)
-        self._insert_blob(dictionary, zdict, zlib.compress(zdict, 1))
-        self._insert_blob(sha, data, packed, dictionary)
-        self._pending_bases[role] = (dictionary, zdict)
+        if base is None:
+          base = self.blob_sha(zdict)
+          self._insert_blob(base, zdict, zlib.compress(zdict, 6))   # once per role and process, or a few times
+          self._pending_bases[role] = (base, zdict)
+        self._insert_blob(sha, data, packed, base)
         return sha
     self._insert_blob(sha, data, whole if whole is not None else _deflate(data))
-    self._candidates[role] = data[:DICTIONARY_BYTES]
     return sha
 
   def _insert_blob(self, sha: str, data: bytes, packed: bytes, base: Optional[str] = None) -> None:

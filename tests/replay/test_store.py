@@ -223,6 +223,34 @@ def test_payloads_alike_are_stored_as_deltas_and_read_back_exactly(tmp_path):
   assert _base(s, s.captures(kinds=["kernel"])[1]["input_sha"]) != dictionary
 
 
+def test_a_role_s_later_payloads_are_deltas_of_a_dictionary_made_of_several_earlier_ones(tmp_path):
+  """Kernel ASTs of one program share their words with many earlier ASTs, few with any one: a role's dictionary is
+  made again of its latest payloads as they grow, so later deltas are smaller than against the first payload alone."""
+  import random, zlib
+  from db.store import DICTIONARY_MARK, RECENT_BYTES
+  rng = random.Random(7)
+  words = [bytes(rng.getrandbits(8) for _ in range(12)) for _ in range(150)]
+  payloads = [b"".join(rng.sample(words, 40)) for _ in range(60)]
+  s = Store(str(tmp_path / "r.db"))
+  run = s.add_run(argv="[]")
+  for i, data in enumerate(payloads): s.add_capture(run, "kernel", f"k{i}", "n", "l", data, b"o", {})
+  inputs = [c["input_sha"] for c in s.captures(run_ids=[run])]
+  bases = [_base(s, sha) for sha in inputs]
+  dictionaries = list(dict.fromkeys(b for b in bases if b is not None))
+  sizes = {sha: s.conn.execute("SELECT size FROM blobs WHERE sha256 = ?", (sha,)).fetchone()[0]
+           for sha in dictionaries}
+  assert 2 <= len(dictionaries) <= 4   # grown a few times, not made again for every payload
+  assert max(sizes.values()) > 5 * len(payloads[0]) and max(sizes.values()) <= len(DICTIONARY_MARK) + RECENT_BYTES
+  stored = sum(s.conn.execute("SELECT length(data) FROM blobs WHERE sha256 = ?", (sha,)).fetchone()[0]
+               for sha in inputs[30:])
+  def against_the_first(data: bytes) -> int:
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, DICTIONARY_MARK + payloads[0])
+    return len(squeeze.compress(data) + squeeze.flush())
+  assert stored < 0.6 * sum(against_the_first(data) for data in payloads[30:])
+  fresh = Store(str(tmp_path / "r.db"))
+  assert [fresh.get_blob(sha) for sha in inputs] == payloads
+
+
 def test_a_damaged_payload_fails_alone_and_a_damaged_dictionary_is_named(tmp_path):
   import zlib
   from db import BlobError
