@@ -55,11 +55,11 @@ def _window_bits(size: int) -> int:
 
 
 def _deflate(data: bytes, zdict: Optional[bytes] = None) -> bytes:
-  """Compressed `data`: alone, fast and with a window of its size; against a dictionary (a delta), with the whole
-  window and harder for a payload up to a megabyte (a delta is made once per payload the database lacks: its bytes
-  count more than its time)."""
-  if zdict: level, bits = (6 if len(data) <= 1 << 20 else 1), 15
-  else: level, bits = 1, _window_bits(len(data))
+  """A payload compressed: harder for one up to a megabyte (payloads are graphs, kernels and small buffers, compressed
+  once per database: their bytes count more than their time; buffers of their own are compressed fast), with a window
+  of its size alone (setting up a 32 KB window took longer than compressing a 1 KB kernel payload) or the whole window
+  against a dictionary (a delta)."""
+  level, bits = (6 if len(data) <= 1 << 20 else 1), (15 if zdict else _window_bits(len(data)))
   squeeze = zlib.compressobj(level, zlib.DEFLATED, bits, 8, zlib.Z_DEFAULT_STRATEGY, *([zdict] if zdict else []))
   return squeeze.compress(data) + squeeze.flush()
 
