@@ -293,6 +293,26 @@ def test_a_prune_keeps_the_dictionary_of_a_blob_it_keeps_and_a_writer_never_poin
   assert Store(path).get_blob(cap["input_sha"]) == _payload(2)
 
 
+def test_a_prune_deletes_only_unreferenced_blobs_and_checks_foreign_keys_again_after(tmp_path):
+  """Blobs are deleted without checking foreign keys (a check searched every capture per blob): what stays is every
+  blob a kept capture refers to, and the database refuses a capture naming a missing blob afterwards as before."""
+  s = Store(str(tmp_path / "r.db"))
+  runs = [s.add_run(argv="[]") for _ in range(4)]
+  for n, run in enumerate(runs * 25):
+    shared = {Store.blob_sha(f"{n}-{j}".encode()): f"{n}-{j}".encode() for j in range(3)}
+    shared[Store.blob_sha(b"common")] = b"common"
+    s.add_capture(run, "exec", f"k{n}", "n", "l", f"in{n}".encode(), f"out{n}".encode(), {}, shared_blobs=shared)
+  kept = s.captures(run_ids=runs[2:])
+  s.delete_runs(runs[:2])
+  assert s.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+  assert s.conn.execute("PRAGMA foreign_key_check").fetchall() == []
+  needed = {sha for c in kept for sha in (c["input_sha"], c["output_sha"], *s.shared_blob_shas(c["id"]))}
+  assert {r[0] for r in s.conn.execute("SELECT sha256 FROM blobs")} == needed and len(needed) == 50 * 5 + 1
+  with pytest.raises(sqlite3.IntegrityError):
+    s.conn.execute("INSERT INTO captures (run_id, kind, input_sha, output_sha) VALUES (?, 'exec', ?, ?)",
+                   (runs[2], "0" * 64, "0" * 64))
+
+
 def test_opening_waits_while_the_database_is_locked_at_once():
   # SQLite can refuse PRAGMA journal_mode at once, without its busy handler, while another process holds the file
   from db.store import _set_wal
