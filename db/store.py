@@ -379,7 +379,7 @@ class Store:
       return sha
     role = (*role, len(data).bit_length())   # payloads of a size alike are likelier alike
     recent = self._candidates.get(role, b"")
-    self._candidates[role] = (recent + data)[-RECENT_BYTES:]
+    self._candidates[role] = (recent + data[-RECENT_BYTES:])[-RECENT_BYTES:]   # a large payload's tail only
     current = self._pending_bases.get(role) or self._bases.get(role)
     if current is not None and current[0] not in self._present_bases:
       if self.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ? AND base IS NULL", (current[0],)).fetchone():
