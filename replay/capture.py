@@ -419,7 +419,7 @@ def _schedule_output(asts: list, var_vals: dict) -> tuple[bytes, dict[str, bytes
   if len(_schedule_outputs) >= SCHEDULE_MEMO: _schedule_outputs.pop(next(iter(_schedule_outputs)))
   ast_parts = [ast_part(a) for a in asts]
   shas = [sha for sha, _ in ast_parts]
-  data = serialize.dumps({parts.ASTS: parts.short_refs(shas, set(shas)) or shas, "var_vals": var_vals})
+  data = serialize.dumps({parts.ASTS: parts.short_refs(shas), "var_vals": var_vals})
   kinds = ",".join(sorted({_contract().kernel_kind(a) for a in asts}))
   hit = _schedule_outputs[key] = (data, dict(ast_parts), f"{len(asts)} kernels" + (f": {kinds}" if asts else ""), shas)
   return hit
@@ -503,7 +503,7 @@ class CapturePoint:
       with contract.without_pickled_buffers():
         output_data, ast_parts, self.name, shas = _schedule_output(list(asts), dict(var_vals))
         self.shared = {**self.shared, **ast_parts}
-        if parts.short_refs([], self.shared) is None:   # the graph's hash starts as one of the ASTs' does
+        if not parts.prefixes_unique(self.shared):   # two of the capture's hashes start alike: named in full
           output_data = serialize.dumps({parts.ASTS: shas, "var_vals": dict(var_vals)})
       self.roles = {**self.roles, **dict.fromkeys(ast_parts, _AST_ROLE)}
     elif self.kind == "kernel":

@@ -21,10 +21,14 @@ AST = "ast_blob"         # kernel inputs: the sha256 of the AST
 REF_HEX = 16
 
 
-def short_refs(shas: list[str], blobs) -> Optional[list[str]]:
-  """`shas` by their first REF_HEX digits, or None when two of `blobs` (the capture's, `shas` among them) share them."""
-  if len({sha[:REF_HEX] for sha in blobs}) != len(blobs): return None
+def short_refs(shas: list[str]) -> list[str]:
+  """`shas` by their first REF_HEX digits (usable while `prefixes_unique` holds for the capture's blobs)."""
   return [sha[:REF_HEX] for sha in shas]
+
+
+def prefixes_unique(blobs) -> bool:
+  """Whether no two of a capture's blobs (distinct hashes) share their first REF_HEX digits."""
+  return len({sha[:REF_HEX] for sha in blobs}) == len(blobs)
 
 
 class PartError(ValueError):
