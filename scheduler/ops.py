@@ -191,8 +191,30 @@ _SERIALS = itertools.count()
 
 
 def _sweep_dead(cache: dict) -> None:
-  for key in [k for k, ref in cache.items() if ref() is None]: del cache[key]
+  """Drop the entries of dead UOps. An entry's key holds the node's sources, so dropping it can free them: their
+  entries go in the same sweep, level by level. (Otherwise a dead graph lost one level per sweep, and the sources
+  it kept alive made every full garbage collection of a long program walk them.)"""
+  doomed = [key for key, ref in cache.items() if ref() is None]
+  while doomed:
+    sources = _drop_entries(cache, doomed)
+    doomed = [key for key in sources if (ref := cache.get(key)) is not None and ref() is None]
   UOpMetaClass.sweep_at = max(1 << 14, 2 * len(cache))
+
+
+def _drop_entries(cache: dict, keys: list) -> dict:
+  """Delete `keys` from the cache, emptying the list (a key holds its node's sources: nothing here may keep them
+  alive once it is gone); return the cache keys of those sources, which hold the sources' own sources, not them."""
+  sources: dict = {}
+  while keys:
+    key = keys.pop()
+    for node in key[2]: sources[_identity(node)] = None
+    del cache[key]
+  return sources
+
+
+def _identity(node: UOp) -> tuple:
+  identity = (node.op, node.dtype, node.src, node.arg, type(node.arg))
+  return identity + (math.copysign(1.0, node.arg),) if type(node.arg) is float and node.arg == 0 else identity
 
 
 class _Above:

@@ -8,6 +8,7 @@ from scheduler.codegen import lowerer
 from scheduler.codegen.lowerer import lower
 from scheduler.symbolic import Variable
 from scheduler.helpers import Context
+from scheduler.realize import run_schedule
 from tests.conftest import DEVICES
 
 
@@ -95,7 +96,10 @@ def test_small_and_random_kernels_are_not_upcast():
   assert accumulators(Tensor.empty(64, 64) @ Tensor.empty(64, 64)) == 4      # 2**18 multiply-adds: the reduce unrolled
   assert accumulators(Tensor.empty(128, 128) @ Tensor.empty(128, 64)) == 32  # 2**20: a tile of outputs
   with Context(FUSE_ARANGE=1):   # the counter's reduce (2**21 steps) fuses into the kernel that hashes it
-    kernels = [si.ast for si in Tensor.rand(64, 32).schedule() if si.ast.op is Ops.SINK]
+    items = Tensor.rand(64, 32).schedule()
+  kernels = [si.ast for si in items if si.ast.op is Ops.SINK]
+  # run: the schedule advances the random counter, which later draws in this process read
+  run_schedule(items)
   drawing = [ast for ast in kernels if any(u.op is Ops.THREEFRY for u in ast.toposort)
              and any(u.op is Ops.REDUCE_AXIS for u in ast.toposort)]
   assert drawing and all(sum(1 for i in lower(ast).instrs if i.op is Ops.DEFINE_ACC) <= 4 for ast in drawing)

@@ -32,6 +32,27 @@ def test_hash_consing_gives_one_object_per_structure():
   assert UOp.const(dtypes.int32, 1) is not UOp.const(dtypes.float32, 1.0)
 
 
+def test_one_sweep_of_the_cache_frees_a_whole_dead_graph():
+  # each cache key holds its node's sources: a sweep that dropped only the entries dead when it began freed one level
+  # of a dead graph per sweep, and long programs kept their old graphs alive
+  import gc, weakref
+  from scheduler import ops
+  bottom = UOp.variable("one_sweep_probe", 0, 9)
+  top, chain = bottom, []
+  for i in range(300):
+    top = top * 3 + i
+    chain.append(weakref.ref(top))
+  probe = weakref.ref(bottom)
+  gc.disable()   # no cycle collection: the sweep alone must free the graph
+  try:
+    del bottom, top
+    assert probe() is not None   # the cache keys of its users hold it
+    with ops._UCACHE_LOCK: ops._sweep_dead(ops.UOpMetaClass.ucache)
+    assert probe() is None and all(ref() is None for ref in chain)
+    assert not any(ref() is None for ref in ops.UOpMetaClass.ucache.values())   # no dead entry is left
+  finally: gc.enable()
+
+
 def test_ast_keys_are_equal_in_two_processes():
   first, second = run_python(PROGRAM), run_python(PROGRAM)
   assert first and first == second
