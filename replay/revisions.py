@@ -75,17 +75,46 @@ def sut_packages(root: Optional[pathlib.Path] = None) -> tuple[str, ...]:
   """`[tool.replay] sut` of the project's pyproject.toml: plain top-level package names (no paths, no dots)."""
   path = (root or project_root()) / "pyproject.toml"
   if not path.exists(): return DEFAULT_SUT
-  try:
-    import tomllib
-    sut = tomllib.loads(path.read_text()).get("tool", {}).get("replay", {}).get("sut")
-  except ImportError:  # Python 3.10
-    sut = list(_sut_from_text(path.read_text()))
+  text = path.read_text()
+  # the usual one-line list is read without a TOML parser (importing tomllib cost every capturing process a few
+  # milliseconds); any other form goes through tomllib
+  sut = _one_line_sut(text)
+  if sut is None:
+    try:
+      import tomllib
+      sut = tomllib.loads(text).get("tool", {}).get("replay", {}).get("sut")
+    except ImportError:  # Python 3.10
+      sut = list(_sut_from_text(text))
   names = tuple(sut) if sut else DEFAULT_SUT
   bad = [n for n in names if not isinstance(n, str) or not _PACKAGE_NAME.match(n) or n in HARNESS_PACKAGES]
   if bad:
     raise RevisionError(f"[tool.replay] sut in {path} must list plain package names other than replay and db; "
                         f"got {bad}")
   return names
+
+
+_QUOTED_NAME = r"""(?:"[A-Za-z0-9_]+"|'[A-Za-z0-9_]+')"""
+_ONE_LINE_SUT = re.compile(rf"\s*sut\s*=\s*\[\s*({_QUOTED_NAME}(?:\s*,\s*{_QUOTED_NAME})*)?\s*,?\s*\]\s*(?:#.*)?\Z")
+
+
+def _one_line_sut(text: str) -> Optional[list[str]]:
+  """`sut` of the `[tool.replay]` table when the file is plain enough to read it line by line: one such table, no
+  multi-line strings, no dotted `tool.` keys, and `sut` a list of quoted names on one line. None otherwise (tomllib
+  decides those, and reports what is wrong with them)."""
+  if "'''" in text or '"""' in text: return None
+  lines = text.splitlines()
+  headers = [i for i, line in enumerate(lines) if line.lstrip().startswith("[")]
+  tables = [i for i in headers if lines[i].strip() == "[tool.replay]"]
+  if len(tables) != 1 or any(line.lstrip().startswith(("tool.", "tool =", "tool=")) for line in lines): return None
+  end = next((i for i in headers if i > tables[0]), len(lines))
+  found = None
+  for line in lines[tables[0] + 1:end]:
+    key = line.split("=", 1)[0].strip().strip("\"'")
+    if key != "sut": continue
+    match = _ONE_LINE_SUT.match(line.replace('"sut"', "sut").replace("'sut'", "sut"))
+    if found is not None or match is None: return None
+    found = [name.strip().strip("\"'") for name in (match.group(1) or "").split(",") if name.strip()]
+  return found
 
 
 def _sut_from_text(text: str) -> tuple[str, ...]:

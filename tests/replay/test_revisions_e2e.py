@@ -174,6 +174,21 @@ def test_sut_entries_must_be_plain_package_names(tmp_path):
   assert revisions.sut_packages(tmp_path) == ("scheduler", "runtimes")
 
 
+@pytest.mark.parametrize("text", [
+  '[tool.replay]\nsut = ["scheduler", "runtimes"]\n', "[tool.replay]\nsut = ['a','b',]  # c\n[x]\nsut=['z']\n",
+  '[tool.replay]\nsut = [\n "a",\n "b"]\n', '[tool]\nreplay.sut = ["q"]\n', '[tool.replay]\n"sut" = ["k"]\n',
+  '[tool.replay]\nsut = []\n', '[tool.replay]\nother = 1\n', 'x = """\n[tool.replay]\nsut = ["zz"]\n"""\n',
+  '[tool.replay]\nsut = "scheduler"\n'])
+def test_the_sut_read_line_by_line_is_what_tomllib_reads(text):
+  """The one-line list is read without tomllib (its import cost every capturing process a few ms); any form it does
+  not read is left to tomllib (None)."""
+  tomllib = pytest.importorskip("tomllib")
+  from replay import revisions
+  fast = revisions._one_line_sut(text)
+  assert fast is None or fast == tomllib.loads(text)["tool"]["replay"]["sut"]
+  if text.startswith("[tool.replay]\nsut = [") and text.count("\n") == 2: assert fast is not None
+
+
 def test_a_compile_flag_change_is_a_kernel_change_with_the_option_diff(repo, tmp_path):
   """Issue 18.1: kernel captures compare the compile options (flags, compiler), not only the source."""
   commit_on_a(repo, "fast-math",
