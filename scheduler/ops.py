@@ -192,8 +192,8 @@ _SERIALS = itertools.count()
 
 def _sweep_dead(cache: dict) -> None:
   """Drop the entries of dead UOps. An entry's key holds the node's sources, so dropping it can free them: their
-  entries go in the same sweep, level by level. (Otherwise a dead graph lost one level per sweep, and the sources
-  it kept alive made every full garbage collection of a long program walk them.)"""
+  entries go in the same sweep, level by level. (Otherwise a dead graph lost one level per sweep, and a long
+  program kept most of its old graphs in memory.)"""
   doomed = [key for key, ref in cache.items() if ref() is None]
   while doomed:
     sources = _drop_entries(cache, doomed)
@@ -213,6 +213,7 @@ def _drop_entries(cache: dict, keys: list) -> dict:
 
 
 def _identity(node: UOp) -> tuple:
+  """The key the cache holds `node` under (`UOpMetaClass.__call__` builds the same tuple inline)."""
   identity = (node.op, node.dtype, node.src, node.arg, type(node.arg))
   return identity + (math.copysign(1.0, node.arg),) if type(node.arg) is float and node.arg == 0 else identity
 
