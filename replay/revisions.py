@@ -83,8 +83,8 @@ def sut_packages(root: Optional[pathlib.Path] = None) -> tuple[str, ...]:
     try:
       import tomllib
       sut = tomllib.loads(text).get("tool", {}).get("replay", {}).get("sut")
-    except ImportError:  # Python 3.10
-      sut = list(_sut_from_text(text))
+    except ImportError:  # Python 3.10: the first table's one-line list, whatever else the file holds
+      sut = _one_line_sut(text, whole_file=False)
   names = tuple(sut) if sut else DEFAULT_SUT
   bad = [n for n in names if not isinstance(n, str) or not _PACKAGE_NAME.match(n) or n in HARNESS_PACKAGES]
   if bad:
@@ -94,36 +94,29 @@ def sut_packages(root: Optional[pathlib.Path] = None) -> tuple[str, ...]:
 
 
 _QUOTED_NAME = r"""(?:"[A-Za-z0-9_]+"|'[A-Za-z0-9_]+')"""
-_ONE_LINE_SUT = re.compile(rf"\s*sut\s*=\s*\[\s*({_QUOTED_NAME}(?:\s*,\s*{_QUOTED_NAME})*)?\s*,?\s*\]\s*(?:#.*)?\Z")
+_SUT_KEY = re.compile(r"""\s*(["']?)sut\1\s*=""")
+_ONE_LINE_LIST = re.compile(rf"\s*\[\s*({_QUOTED_NAME}(?:\s*,\s*{_QUOTED_NAME})*)?\s*,?\s*\]\s*(?:#.*)?\Z")
 
 
-def _one_line_sut(text: str) -> Optional[list[str]]:
-  """`sut` of the `[tool.replay]` table when the file is plain enough to read it line by line: one such table, no
-  multi-line strings, no dotted `tool.` keys, and `sut` a list of quoted names on one line. None otherwise (tomllib
-  decides those, and reports what is wrong with them)."""
-  if "'''" in text or '"""' in text: return None
+def _one_line_sut(text: str, whole_file: bool = True) -> Optional[list[str]]:
+  """`sut` of the `[tool.replay]` table when it is a list of quoted names on one line, else None (tomllib decides
+  those, and reports what is wrong with them). With `whole_file`, also None unless the file is plain enough to be read
+  line by line: one such table, no multi-line strings, no dotted `tool.` keys, `sut` given once."""
   lines = text.splitlines()
   headers = [i for i, line in enumerate(lines) if line.lstrip().startswith("[")]
   tables = [i for i in headers if lines[i].strip() == "[tool.replay]"]
-  if len(tables) != 1 or any(line.lstrip().startswith(("tool.", "tool =", "tool=")) for line in lines): return None
+  if not tables: return None
+  if whole_file and (len(tables) > 1 or "'''" in text or '"""' in text
+                     or any(line.lstrip().startswith(("tool.", "tool =", "tool=")) for line in lines)): return None
   end = next((i for i in headers if i > tables[0]), len(lines))
   found = None
   for line in lines[tables[0] + 1:end]:
-    key = line.split("=", 1)[0].strip().strip("\"'")
-    if key != "sut": continue
-    match = _ONE_LINE_SUT.match(line.replace('"sut"', "sut").replace("'sut'", "sut"))
-    if found is not None or match is None: return None
-    found = [name.strip().strip("\"'") for name in (match.group(1) or "").split(",") if name.strip()]
+    if (key := _SUT_KEY.match(line)) is None: continue
+    listed = _ONE_LINE_LIST.match(line, key.end())
+    if listed is None or found is not None: return None
+    found = [name.strip().strip("\"'") for name in (listed.group(1) or "").split(",") if name.strip()]
+    if not whole_file: break
   return found
-
-
-def _sut_from_text(text: str) -> tuple[str, ...]:
-  in_section = False
-  for line in text.splitlines():
-    if line.strip().startswith("["): in_section = line.strip() == "[tool.replay]"
-    elif in_section and line.strip().startswith("sut"):
-      return tuple(x.strip().strip("'\"") for x in line.split("=", 1)[1].strip().strip("[]").split(",") if x.strip())
-  return DEFAULT_SUT
 
 
 def cache_root(root: pathlib.Path) -> pathlib.Path:

@@ -174,19 +174,34 @@ def test_sut_entries_must_be_plain_package_names(tmp_path):
   assert revisions.sut_packages(tmp_path) == ("scheduler", "runtimes")
 
 
-@pytest.mark.parametrize("text", [
-  '[tool.replay]\nsut = ["scheduler", "runtimes"]\n', "[tool.replay]\nsut = ['a','b',]  # c\n[x]\nsut=['z']\n",
-  '[tool.replay]\nsut = [\n "a",\n "b"]\n', '[tool]\nreplay.sut = ["q"]\n', '[tool.replay]\n"sut" = ["k"]\n',
-  '[tool.replay]\nsut = []\n', '[tool.replay]\nother = 1\n', 'x = """\n[tool.replay]\nsut = ["zz"]\n"""\n',
-  '[tool.replay]\nsut = "scheduler"\n'])
-def test_the_sut_read_line_by_line_is_what_tomllib_reads(text):
+@pytest.mark.parametrize("text,read", [
+  ('[tool.replay]\nsut = ["scheduler", "runtimes"]\n', True),
+  ("[tool.replay]\nsut = ['a','b',]  # c\n[x]\nsut=['z']\n", True),
+  ('[tool.replay]\n"sut" = ["k"]\n', True),
+  ('[tool.replay]\nsut = []\n', True),
+  ('[tool.replay]\nsut = ["a"]\n[tool.replay.more]\nsut = 1\n', True),
+  ('[tool.replay]\nsut = [\n "a",\n "b"]\n', False),
+  ('[tool]\nreplay.sut = ["q"]\n', False),
+  ('[tool.replay]\nother = 1\n', False),
+  ('[tool.replay]\nsut = "scheduler"\n', False),
+  ('x = """\n[tool.replay]\nsut = ["zz"]\n"""\n', False)])
+def test_the_sut_read_line_by_line_is_what_tomllib_reads(text, read):
   """The one-line list is read without tomllib (its import cost every capturing process a few ms); any form it does
   not read is left to tomllib (None)."""
   tomllib = pytest.importorskip("tomllib")
   from replay import revisions
   fast = revisions._one_line_sut(text)
-  assert fast is None or fast == tomllib.loads(text)["tool"]["replay"]["sut"]
-  if text.startswith("[tool.replay]\nsut = [") and text.count("\n") == 2: assert fast is not None
+  assert (fast is not None) == read
+  if read: assert fast == tomllib.loads(text)["tool"]["replay"]["sut"]
+
+
+def test_without_tomllib_the_first_one_line_sut_is_read_whatever_else_the_file_holds():
+  """Python 3.10 has no tomllib: the line reader is all there is, so the file's other contents do not stop it."""
+  from replay import revisions
+  text = 'description = """\nmany lines\n"""\n[tool.replay]\nsut = ["scheduler", \'runtimes\']  # ours\n'
+  assert revisions._one_line_sut(text) is None and revisions._one_line_sut(text, whole_file=False) == ["scheduler",
+                                                                                                        "runtimes"]
+  assert revisions._one_line_sut('[tool.replay]\nsut = [\n "a"]\n', whole_file=False) is None   # the default then
 
 
 def test_a_compile_flag_change_is_a_kernel_change_with_the_option_diff(repo, tmp_path):
