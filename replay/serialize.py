@@ -12,10 +12,15 @@ from replay import sut
 # flags that say how to capture or debug, not how to compile: out of the content key, not re-applied on replay
 NON_COMPILER_FLAGS = frozenset({"CAPTURE_PROCESS_REPLAY", "DEBUG", "TRACK_MATCH_STATS", "VIZ", "PICKLE_BUFFERS"})
 # the first line of a payload: the format and the version of the replay contract of the compiler that captured it.
-# PRPL3: (the payload's graph nodes in topological order, the payload), so that pickling a graph 100,000 nodes deep
-# never recurses (each node's sources are already in pickle's memo); its compiler types are built by the reconstructors
-# of the contract module, so that renaming a module of the compiler does not break loading older captures.
-FORMAT = b"PRPL3"
+# PRPL4 (graphs): a flat table of the graph's nodes, then the payload, which names them by their place in it. A row is
+# a node's reconstructor arguments with its sources as distances back in the table (`graph_rows` of the contract):
+# small numbers that repeat, where pickle names each source by an index into its memo (a table compresses to ~60%).
+# PRPL3 (payloads without graph nodes, graphs of a compiler whose contract has no `graph_rows`): (the payload's graph
+# nodes in topological order, the payload), so that pickling a graph 100,000 nodes deep never recurses (each node's
+# sources are already in pickle's memo). Compiler types are built by the reconstructors of the contract module in
+# both, so that renaming a module of the compiler does not break loading older captures.
+FORMAT = b"PRPL4"
+NODE_BY_NODE = b"PRPL3"
 OLDER_FORMATS = (b"PRPL1", b"PRPL2")   # named internal modules of the compiler: not read any more
 PROTOCOL = 4
 
@@ -33,17 +38,37 @@ class ContractVersionError(PayloadFormatError):
 
 
 def dumps(obj: Any, version: Optional[int] = None, plain: bool = False) -> bytes:
-  """The payload behind its first line (`PRPL3 contract=N`); N is the version of the contract on the path. `plain`: the
-  caller built the payload from plain values only (no graph node to list first)."""
+  """The payload behind its first line (`PRPL4 contract=N`, `PRPL3 contract=N` without graph nodes); N is the version
+  of the contract on the path. `plain`: the caller built the payload from plain values only (no graph node to list)."""
   if version is None: version = sut.contract().VERSION
-  if plain: return FORMAT + b" contract=%d\n" % version + pickle.dumps(([], obj), protocol=PROTOCOL)
+  if plain: return NODE_BY_NODE + b" contract=%d\n" % version + pickle.dumps(([], obj), protocol=PROTOCOL)
   nodes = graph_nodes(obj)
+  rows = getattr(sut.contract(), "graph_rows", None) if nodes else None
   out = io.BytesIO()
-  out.write(FORMAT + b" contract=%d\n" % version)
+  out.write((FORMAT if rows is not None else NODE_BY_NODE) + b" contract=%d\n" % version)
+  table = _reductions(type(nodes[0])) if nodes else None
   pickler = pickle.Pickler(out, protocol=PROTOCOL)
-  if nodes and (table := _reductions(type(nodes[0]))) is not None: pickler.dispatch_table = table
-  pickler.dump((nodes, obj))
+  if table is not None: pickler.dispatch_table = table   # a node inside an argument is pickled node by node
+  if rows is None:
+    pickler.dump((nodes, obj))
+    return out.getvalue()
+  pickler.dump(rows(nodes))
+  naming = _TableRefs(out, nodes)
+  if table is not None: naming.dispatch_table = table
+  naming.dump(obj)
   return out.getvalue()
+
+
+class _TableRefs(pickle.Pickler):
+  """Pickles a PRPL4 payload: a node of the table as its place in it."""
+  def __init__(self, out: io.BytesIO, nodes: list):
+    super().__init__(out, protocol=PROTOCOL)
+    self.nodes, self.node_type, self.places = nodes, type(nodes[0]), None
+
+  def persistent_id(self, obj: Any) -> Optional[int]:
+    if type(obj) is not self.node_type: return None
+    if self.places is None: self.places = {node: i for i, node in enumerate(self.nodes)}
+    return self.places.get(obj)
 
 
 _dispatch_tables: dict[type, Optional[dict]] = {}
@@ -163,14 +188,51 @@ def loads(data: bytes) -> Any:
   if fmt in OLDER_FORMATS:
     raise PayloadFormatError(f"captured before the replay contract (payload format {fmt.decode()}): capture again with "
                              f"this harness")
-  if fmt != FORMAT or version is None:
+  if fmt not in (FORMAT, NODE_BY_NODE) or version is None:
     raise PayloadFormatError(f"payload format {data[:start].strip()!r} is not one this harness reads "
-                             f"({FORMAT.decode()} contract=N)")
+                             f"({FORMAT.decode()} or {NODE_BY_NODE.decode()} contract=N)")
   contract = sut.contract()
   if version not in contract.READS:
     raise ContractVersionError(f"captured under replay contract v{version}; this revision's {contract.__name__} reads "
                                f"v{', v'.join(map(str, sorted(contract.READS)))}")
-  value = RestrictedUnpickler(io.BytesIO(data[start:])).load()
+  stream = io.BytesIO(data)
+  stream.seek(start)
+  if fmt == FORMAT:
+    nodes = _built(contract, RestrictedUnpickler(stream).load())
+    return _TableUnpickler(stream, nodes).load()
+  value = RestrictedUnpickler(stream).load()
   if not isinstance(value, tuple) or len(value) != 2:
     raise PayloadFormatError("a PRPL3 payload is not a (nodes, payload) pair")
   return value[1]
+
+
+def _built(contract: Any, table: Any) -> list:
+  """The nodes of a PRPL4 table, built in order by the contract's reconstructor it names."""
+  if not (isinstance(table, tuple) and len(table) == 3 and isinstance(table[0], str) and type(table[1]) is int
+          and table[1] >= 0 and isinstance(table[2], list)):
+    raise PayloadFormatError("a PRPL4 payload does not start with a node table (reconstructor, sources at, rows)")
+  name, at, rows = table
+  if name not in contract.PICKLABLE:
+    raise UnsafePickleError(f"the node table of the capture payload is built by {contract.__name__}.{name}, which "
+                            f"replay does not load")
+  build, nodes = getattr(contract, name), []
+  for i, row in enumerate(rows):
+    back = row[at] if isinstance(row, tuple) and len(row) > at else None
+    if not isinstance(back, tuple) or not all(type(d) is int and 0 < d <= i for d in back):
+      raise PayloadFormatError(f"row {i} of the payload's node table does not name its sources by distances back")
+    try: nodes.append(build(*row[:at], tuple([nodes[i - d] for d in back]), *row[at + 1:]))
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+      raise PayloadFormatError(f"row {i} of the payload's node table cannot be built: {type(e).__name__}: {e}") from None
+  return nodes
+
+
+class _TableUnpickler(RestrictedUnpickler):
+  """Loads a PRPL4 payload: a place in the table is that node."""
+  def __init__(self, stream: io.BytesIO, nodes: list):
+    super().__init__(stream)
+    self.nodes = nodes
+
+  def persistent_load(self, pid: Any) -> Any:
+    if type(pid) is not int or not 0 <= pid < len(self.nodes):
+      raise PayloadFormatError(f"the payload names node {pid!r} of a table of {len(self.nodes)}")
+    return self.nodes[pid]

@@ -71,6 +71,14 @@ def buffer(device: str, size: int, dtype_name: str, data):
 RECONSTRUCTORS.update({name: globals()[name] for name in PICKLABLE})
 
 
+def graph_rows(nodes: list) -> tuple[str, int, list[tuple]]:
+  """Graph nodes listed sources first, as a capture payload's flat node table: (the reconstructor above that builds
+  every row, the position of a row's sources, the rows: each node's reconstructor arguments with its sources as
+  distances back in the list). Optional: the harness pickles node by node for a compiler without it."""
+  from scheduler.ops import graph_rows as rows
+  return rows(nodes)
+
+
 # ***** flags *****
 
 def flag_defaults() -> dict[str, int]:

@@ -316,11 +316,7 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
   def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = tuple(), arg: Any = None):
     self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
 
-  def __reduce__(self):
-    if self.op is Ops.BUFFER and self in buffers and buffers[self].is_allocated() and _pickle_buffers():
-      return RECONSTRUCTORS["uop"], (self.op.name, self.dtype, self.src, self.arg, buffers[self])
-    # the op's name from a table: an enum's `name` is a descriptor call, and capture pickles every node of a graph
-    return RECONSTRUCTORS["uop"], (_OP_NAMES[self.op], self.dtype, self.src, self.arg)
+  def __reduce__(self): return RECONSTRUCTORS["uop"], _reduced(self, self.src)
 
   def index(self, idx: UOp, valid: Optional[UOp] = None) -> UOp:
     """An INDEX into this buffer at `idx`, gated by `valid` when given (the address of a load or a store)."""
@@ -617,6 +613,28 @@ class UOp(MathMixin, metaclass=UOpMetaClass):
 
 
 def _pickle_buffers() -> bool: return bool(PICKLE_BUFFERS)
+
+
+def _reduced(u: UOp, src: tuple) -> tuple:
+  """The arguments `uop` is rebuilt from, with `src` for the sources: a BUFFER holds its contents when pickling them
+  is on."""
+  if u.op is Ops.BUFFER and u in buffers and buffers[u].is_allocated() and _pickle_buffers():
+    return (u.op.name, u.dtype, src, u.arg, buffers[u])
+  # the op's name from a table: an enum's `name` is a descriptor call, and capture pickles every node of a graph
+  return (_OP_NAMES[u.op], u.dtype, src, u.arg)
+
+
+def graph_rows(nodes: list[UOp]) -> tuple[str, int, list[tuple]]:
+  """Nodes listed sources first as the rows of a flat table (`replay/serialize.py`): the reconstructor each row is
+  built with, the position of the sources in a row, and for each node the arguments of its `__reduce__` with its
+  sources as distances back in the list (small numbers that repeat: a table compresses to about 60% of a pickle)."""
+  where: dict[UOp, int] = {}
+  rows = []
+  for i, u in enumerate(nodes):
+    where[u] = i
+    src = tuple([i - where[s] for s in u.src]) if u.src else ()
+    rows.append(_reduced(u, src) if u.op is Ops.BUFFER else (_OP_NAMES[u.op], u.dtype, src, u.arg))
+  return "uop", 2, rows
 
 
 def _stable_repr(arg) -> str:
