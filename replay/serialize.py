@@ -222,7 +222,8 @@ def _built(contract: Any, table: Any) -> list:
       raise PayloadFormatError(f"row {i} of the payload's node table does not name its sources by distances back")
     try: nodes.append(build(*row[:at], tuple([nodes[i - d] for d in back]), *row[at + 1:]))
     except (TypeError, ValueError, KeyError, AttributeError) as e:
-      raise PayloadFormatError(f"row {i} of the payload's node table cannot be built: {type(e).__name__}: {e}") from None
+      raise PayloadFormatError(f"row {i} of the payload's node table cannot be built: {type(e).__name__}: {e}") \
+        from None
   return nodes
 
 
