@@ -406,22 +406,21 @@ def _source_stamp() -> str:
   except (sut.NoContract, OSError): return ""   # no index: every part is pickled
 
 
-# the payloads of the last few schedules by their kernels: a training loop schedules the same kernels every step
-_schedule_outputs: dict[tuple, tuple[bytes, dict[str, bytes], str, list[str]]] = {}
+# the kernel parts of the last few schedules: a training loop schedules the same kernels every step
+_schedule_outputs: dict[tuple, tuple[dict[str, bytes], str, list[str]]] = {}
 SCHEDULE_MEMO = 32
 
 
-def _schedule_output(asts: list, var_vals: dict) -> tuple[bytes, dict[str, bytes], str, list[str]]:
-  """A schedule's output payload (its kernels as parts, named by prefixes of their hashes), the parts, the capture's
-  name (`3 kernels: E,r`), and the parts' hashes in the schedule's order."""
+def _schedule_output(asts: list, var_vals: dict) -> tuple[dict[str, bytes], str, list[str]]:
+  """A schedule's kernels as parts, the capture's name (`3 kernels: E,r`), and the parts' hashes in the schedule's
+  order."""
   key = (tuple(asts), tuple(var_vals.items()))
   if (hit := _schedule_outputs.get(key)) is not None: return hit
   if len(_schedule_outputs) >= SCHEDULE_MEMO: _schedule_outputs.pop(next(iter(_schedule_outputs)))
   ast_parts = [ast_part(a) for a in asts]
-  shas = [sha for sha, _ in ast_parts]
-  data = serialize.dumps({parts.ASTS: parts.short_refs(shas), "var_vals": var_vals})
   kinds = ",".join(sorted({_contract().kernel_kind(a) for a in asts}))
-  hit = _schedule_outputs[key] = (data, dict(ast_parts), f"{len(asts)} kernels" + (f": {kinds}" if asts else ""), shas)
+  hit = _schedule_outputs[key] = (dict(ast_parts), f"{len(asts)} kernels" + (f": {kinds}" if asts else ""),
+                                  [sha for sha, _ in ast_parts])
   return hit
 
 
@@ -501,10 +500,10 @@ class CapturePoint:
     if self.kind == "schedule":
       asts, var_vals = self.output
       with contract.without_pickled_buffers():
-        output_data, ast_parts, self.name, shas = _schedule_output(list(asts), dict(var_vals))
+        ast_parts, self.name, shas = _schedule_output(list(asts), dict(var_vals))
         self.shared = {**self.shared, **ast_parts}
-        if not parts.prefixes_unique(self.shared):   # two of the capture's hashes start alike: named in full
-          output_data = serialize.dumps({parts.ASTS: shas, "var_vals": dict(var_vals)})
+        output_data = serialize.dumps({parts.AST_PLACES: parts.places(shas, self.shared), "var_vals": dict(var_vals)},
+                                      contract.VERSION, plain=not var_vals)
       self.roles = {**self.roles, **dict.fromkeys(ast_parts, _AST_ROLE)}
     elif self.kind == "kernel":
       src, name, *options = self.output   # older compilers hand over (src, name) only

@@ -7,28 +7,26 @@ to, kept by `db/` in `capture_blobs` like an exec's input buffers); every reader
 and `join_output` into the payloads captures held before parts existed (`graph_pickle`, `asts`, `ast`), which is
 also what older captures still are.
 
-A schedule names its kernel ASTs by the first REF_HEX hex digits of their sha256 (its capture's blobs are few, and a
-full hash is most of a schedule's payload once compressed: 64 digits of noise per kernel); a prefix two of the capture's
-blobs share is never written (the capture then names its ASTs in full, as captures before schema 15 did).
+A schedule names its kernel ASTs by their places in the sorted list of its capture's blobs, and says how many blobs
+that list had (a capture's blobs are named by full hashes in `capture_blobs`; in the payload a hash is 32 bytes of noise
+per kernel once compressed, a place one or two). Captures before places name them by the first REF_HEX hex digits of
+their sha256 (schema 15) or in full; readers join all three.
 """
 from __future__ import annotations
 from typing import Any, Optional
 from replay import serialize
 
 GRAPH = "graph_blob"     # schedule and exec inputs: the sha256 of the pickled graph
-ASTS = "ast_blobs"       # schedule outputs: the sha256 of each kernel AST (or its first REF_HEX digits), in order
+ASTS = "ast_blobs"       # schedule outputs before places: each kernel AST's sha256 (or its first REF_HEX digits)
+AST_PLACES = "ast_places"   # schedule outputs: (the capture's blob count, each AST's place among its sorted blobs)
 AST = "ast_blob"         # kernel inputs: the sha256 of the AST
 REF_HEX = 16
 
 
-def short_refs(shas: list[str]) -> list[str]:
-  """`shas` by their first REF_HEX digits (usable while `prefixes_unique` holds for the capture's blobs)."""
-  return [sha[:REF_HEX] for sha in shas]
-
-
-def prefixes_unique(blobs) -> bool:
-  """Whether no two of a capture's blobs (distinct hashes) share their first REF_HEX digits."""
-  return len({sha[:REF_HEX] for sha in blobs}) == len(blobs)
+def places(shas: list[str], blobs) -> tuple[int, list[int]]:
+  """`shas`, each one of the capture's `blobs`, as (the number of blobs, their places in the blobs' sorted list)."""
+  place = {sha: i for i, sha in enumerate(sorted(blobs))}
+  return len(place), [place[sha] for sha in shas]
 
 
 class PartError(ValueError):
@@ -73,8 +71,24 @@ def join_input(kind: str, payload: Any, shared: Optional[dict[str, bytes]]) -> A
   return payload
 
 
+def _named(shared: Optional[dict[str, bytes]], found: Any) -> list[str]:
+  """The blobs a schedule names by their places (`places`)."""
+  if not (isinstance(found, tuple) and len(found) == 2 and type(found[0]) is int and isinstance(found[1], list)):
+    raise PartError("the kernel ASTs of the payload are not (a blob count, their places)")
+  count, at = found
+  order = sorted(shared or {})
+  if len(order) != count:
+    raise PartError(f"the payload names its kernel ASTs among {count} blobs; the capture has {len(order)}")
+  if not all(type(i) is int and 0 <= i < count for i in at):
+    raise PartError(f"the kernel ASTs of the payload are not places among the capture's {count} blobs")
+  return [order[i] for i in at]
+
+
 def join_output(kind: str, payload: Any, shared: Optional[dict[str, bytes]]) -> Any:
   """An output payload with its parts in place: a schedule's kernel ASTs as `asts`."""
+  if kind == "schedule" and isinstance(payload, dict) and AST_PLACES in payload:
+    return {**{k: v for k, v in payload.items() if k != AST_PLACES},
+            "asts": [_ast(shared, sha) for sha in _named(shared, payload[AST_PLACES])]}
   if kind == "schedule" and isinstance(payload, dict) and ASTS in payload:
     shas = payload[ASTS]
     if not isinstance(shas, (list, tuple)): raise PartError("the kernel ASTs of the payload are not a list of hashes")

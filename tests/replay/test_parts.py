@@ -30,8 +30,9 @@ def test_a_realize_stores_its_graph_and_each_kernel_ast_once(replay_db):
   ast_shas = _ast_shas(store, schedule)
   # every kernel rendered is one of the schedule's ASTs (the others are copies, which are not rendered)
   assert len(kernels) >= 2 and {raw[k["id"]][0][parts.AST] for k in kernels} <= set(ast_shas)
-  # the schedule names them by prefixes of their hashes, each naming one of its blobs
-  assert [sha[:parts.REF_HEX] for sha in ast_shas] == raw[schedule["id"]][1][parts.ASTS]
+  # the schedule names them by their places among its blobs, sorted, and says how many blobs it has
+  blobs = sorted(store.shared_blob_shas(schedule["id"]))
+  assert raw[schedule["id"]][1][parts.AST_PLACES] == (len(blobs), [blobs.index(sha) for sha in ast_shas])
   referenced = {sha for caps in by_kind.values() for c in caps for sha in store.shared_blob_shas(c["id"])}
   assert {graph, *ast_shas} <= referenced
   # joined, the payloads are what captures held before parts: the same AST objects in schedule and kernel captures
@@ -46,36 +47,44 @@ def test_a_realize_stores_its_graph_and_each_kernel_ast_once(replay_db):
 
 
 def _ast_shas(store, schedule) -> list[str]:
-  """The hashes of a schedule capture's kernel ASTs, in order (its payload names them by prefixes)."""
-  refs = serialize.loads(store.get_blob(schedule["output_sha"]))[parts.ASTS]
-  blobs = store.shared_blob_shas(schedule["id"])
-  return [next(sha for sha in blobs if sha.startswith(ref)) for ref in refs]
+  """The hashes of a schedule capture's kernel ASTs, in order (its payload names them by places among its blobs)."""
+  count, places = serialize.loads(store.get_blob(schedule["output_sha"]))[parts.AST_PLACES]
+  blobs = sorted(store.shared_blob_shas(schedule["id"]))
+  assert count == len(blobs)
+  return [blobs[i] for i in places]
 
 
-def test_a_schedule_names_its_asts_in_full_when_a_prefix_is_shared(replay_db, monkeypatch):
-  """A prefix two of the capture's blobs share is never written; one a damaged payload holds is an error naming it."""
+def test_schedules_captured_with_prefixes_or_full_hashes_still_join(replay_db):
+  """Captures of schema 15 named ASTs by prefixes of their hashes, earlier ones in full; a prefix naming two blobs is
+  an error naming it."""
   store = _capture_a_realize(replay_db, 36)
   (schedule,) = store.captures(kinds=["schedule"])
   shared = store.shared_blobs(schedule["id"])
   shas = _ast_shas(store, schedule)
-  assert parts.prefixes_unique(shared) and not parts.prefixes_unique({*shas, shas[0][:parts.REF_HEX] + "0" * 48})
+  by_place = parts.join_output("schedule", serialize.loads(store.get_blob(schedule["output_sha"])), shared)["asts"]
+  prefixed = {parts.ASTS: [sha[:parts.REF_HEX] for sha in shas], "var_vals": {}}
+  assert parts.join_output("schedule", prefixed, shared)["asts"] == by_place
   clash = {**shared, shas[0][:parts.REF_HEX] + "f" * 48: b"another blob"}
-  payload = {parts.ASTS: [sha[:parts.REF_HEX] for sha in shas], "var_vals": {}}
-  try: parts.join_output("schedule", payload, clash)
+  try: parts.join_output("schedule", prefixed, clash)
   except parts.PartError as e: assert f"the kernel AST {shas[0][:parts.REF_HEX]} of the payload names 2" in str(e)
   else: raise AssertionError("a prefix naming two blobs was joined")
-  # full hashes (what a capture writes then, and what captures before prefixes hold) join as they did
-  asts = parts.join_output("schedule", {parts.ASTS: shas, "var_vals": {}}, clash)["asts"]
-  assert asts == parts.join_output("schedule", payload, shared)["asts"]
-  # the capture writes them when two of its hashes start alike (made to, here: hashes are what they are)
-  import replay.capture as capture
-  monkeypatch.setattr(capture.parts, "prefixes_unique", lambda blobs: False)
-  store = _capture_a_realize(replay_db, 36)
-  capture.SINK.fold()
-  latest = store.captures(kinds=["schedule"])[-1]
-  assert serialize.loads(store.get_blob(latest["output_sha"]))[parts.ASTS] == shas
-  assert replay_one("schedule", store.get_blob(latest["input_sha"]), store.get_blob(latest["output_sha"]), {},
-                    shared=store.shared_blobs(latest["id"]))["status"] == "same"
+  assert parts.join_output("schedule", {parts.ASTS: shas, "var_vals": {}}, clash)["asts"] == by_place
+
+
+def test_places_among_other_blobs_than_the_capture_has_are_refused(replay_db):
+  store = _capture_a_realize(replay_db, 35)
+  (schedule,) = store.captures(kinds=["schedule"])
+  shared, payload = store.shared_blobs(schedule["id"]), serialize.loads(store.get_blob(schedule["output_sha"]))
+  count, places = payload[parts.AST_PLACES]
+  for found, message in [({**shared, "f" * 64: b"a blob added"}, f"among {count} blobs; the capture has {count + 1}"),
+                         (shared, "not places among")]:
+    wrong = {**payload, parts.AST_PLACES: (count, [*places, count])} if found is shared else payload
+    try: parts.join_output("schedule", wrong, found)
+    except parts.PartError as e: assert message in str(e), str(e)
+    else: raise AssertionError(f"joined: {message}")
+  result = replay_one("schedule", store.get_blob(schedule["input_sha"]), store.get_blob(schedule["output_sha"]), {},
+                      shared={**shared, "f" * 64: b"a blob added"})
+  assert result["status"] == "incompatible" and "the capture has" in result["reason"], result
 
 
 def test_a_missing_part_is_incompatible_and_named(replay_db):
