@@ -506,9 +506,9 @@ class Store:
 
   def add_capture(self, *args, **kwargs) -> int:
     """Store a capture with its input and output payloads, and `shared_blobs` (sha256 -> bytes: parts and input buffers
-    the payloads refer to by hash; `roles` names what a part is, for delta compression), all in one transaction; blobs
-    the file already holds are not written again. A blob this process saw stored may be gone since (`replay prune` ran
-    meanwhile): then every blob is written again."""
+    the payloads refer to by hash; `roles` names what a part is, for delta compression, and an input that is a part),
+    all in one transaction; blobs the file already holds are not written again. A blob this process saw stored may be
+    gone since (`replay prune` ran meanwhile): then every blob is written again."""
     try: return self._add_capture(*args, **kwargs)
     except sqlite3.IntegrityError:
       self._known_blobs.clear()
@@ -540,7 +540,7 @@ class Store:
     try:
       with self.transaction():
         for sha, data in shared_blobs.items(): self._put_blob(data, sha, (roles or {}).get(sha))
-        self._put_blob(input_data, in_sha, (kind, "input"))
+        self._put_blob(input_data, in_sha, (roles or {}).get(in_sha, (kind, "input")))
         self._put_blob(output_data, out_sha, (kind, "output"))
         capture_id = self._insert_capture(row, list(shared_blobs))
     except BaseException:

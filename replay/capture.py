@@ -111,7 +111,8 @@ class _Sink:
                 "meta": json.dumps(meta) if meta else "{}"}
       # the order add_capture stores them in: parts first, then the payloads
       blobs = [*((sha, data, roles.get(sha)) for sha, data in shared.items()),
-               (input_sha, input_data, (kind, "input")), (output_sha, output_data, (kind, "output"))]
+               (input_sha, input_data, roles.get(input_sha, (kind, "input"))),   # a schedule's input is its graph part
+               (output_sha, output_data, (kind, "output"))]
       try: size = self.journal.append(fields, blobs, list(shared))
       except journal.JournalError: size = None
       if size is not None:
@@ -454,9 +455,9 @@ class CapturePoint:
     # pickling a graph leaves buffer contents out (they are stored apart); a kernel's AST is pickled once per process
     pickled = _ast_parts.get(inputs[0]) if kind == "kernel" else None
     with contract.without_pickled_buffers() if pickled is None else contextlib.nullcontext():
-      if kind == "schedule":
-        sha, graph = graph_part(inputs[0])
-        payload, self.shared, self.roles = {parts.GRAPH: sha}, {sha: graph}, {sha: _GRAPH_ROLE}
+      if kind == "schedule":   # the input is the graph itself, a part the realize's exec capture refers to
+        self.input_sha, self.input_data = graph_part(inputs[0])
+        self.roles = {self.input_sha: _GRAPH_ROLE}
       elif kind == "kernel":
         sha, ast = pickled or ast_part(inputs[0])
         payload, self.shared = {parts.AST: sha, "device": inputs[1], "options": inputs[2]}, {sha: ast}
@@ -468,7 +469,9 @@ class CapturePoint:
         self.shared[sha], self.roles = graph, {sha: _GRAPH_ROLE}
         self.meta.update(info)
       else: raise ValueError(f"unknown capture kind {kind!r}")
-      self.input_data = serialize.dumps(payload, contract.VERSION, plain=kind == "kernel")
+      if kind != "schedule":
+        self.input_data = serialize.dumps(payload, contract.VERSION, plain=kind == "kernel")
+        self.input_sha = hashlib.sha256(self.input_data).hexdigest()
     # the captures a captured call makes inside it (the schedule and kernels of a realize) were taken where it was
     self.location = getattr(_enclosing, "location", None) or location()
     self.name = self.meta.pop("name", kind)
@@ -515,10 +518,9 @@ class CapturePoint:
                                     contract.VERSION, plain=True)
     all_flags, compiler = flags_json(self.flags)
     # the content key: the hash of the input payload's hash and the compiler flags (the payload is hashed once)
-    in_sha = hashlib.sha256(self.input_data).hexdigest()
-    key = hashlib.sha256(f"{in_sha}|{compiler}".encode()).hexdigest()
+    key = hashlib.sha256(f"{self.input_sha}|{compiler}".encode()).hexdigest()
     store, run_id = SINK.get()
-    SINK.put(store, run_id, self.kind, key, self.name, self.location, self.input_data, in_sha, output_data,
+    SINK.put(store, run_id, self.kind, key, self.name, self.location, self.input_data, self.input_sha, output_data,
              all_flags, self.meta, self.shared, self.roles)
 
 

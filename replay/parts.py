@@ -3,7 +3,8 @@ capture of the same realize both hold, and each kernel AST, which a schedule cap
 that renders it both hold. Stored once, they are pickled once per process and compressed once per database.
 
 `replay/capture.py` splits payloads (a part becomes its sha256 in the payload, its bytes a blob the capture refers
-to, kept by `db/` in `capture_blobs` like an exec's input buffers); every reader joins them back with `join_input`
+to, kept by `db/` in `capture_blobs` like an exec's input buffers; a schedule's input is its graph part itself, named by
+the capture's input hash); every reader joins them back with `join_input`
 and `join_output` into the payloads captures held before parts existed (`graph_pickle`, `asts`, `ast`), which is
 also what older captures still are.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Optional
 from replay import serialize
 
-GRAPH = "graph_blob"     # schedule and exec inputs: the sha256 of the pickled graph
+GRAPH = "graph_blob"     # exec inputs (and schedule inputs before they were the graph part): the pickled graph's sha256
 ASTS = "ast_blobs"       # schedule outputs before places: each kernel AST's sha256 (or its first REF_HEX digits)
 AST_PLACES = "ast_places"   # schedule outputs: (the capture's blob count, each AST's place among its sorted blobs)
 AST = "ast_blob"         # kernel inputs: the sha256 of the AST
@@ -63,6 +64,7 @@ def _full_refs(shared: Optional[dict[str, bytes]], refs: list) -> list:
 def join_input(kind: str, payload: Any, shared: Optional[dict[str, bytes]]) -> Any:
   """An input payload with its parts in place: a graph as `graph_pickle` bytes (loaded where it is used), a kernel
   AST as `ast`."""
+  if kind == "schedule" and serialize.is_graph_node(payload): return {"graph": payload}   # the input is the graph part
   if not isinstance(payload, dict): return payload
   if kind in ("schedule", "exec") and GRAPH in payload:
     return {**{k: v for k, v in payload.items() if k != GRAPH}, "graph_pickle": _part(shared, payload[GRAPH], "graph")}

@@ -87,7 +87,7 @@ def _reductions(node_type: type) -> Optional[dict]:
 _SCALARS = (str, bytes, int, float, type(None))
 
 
-def _is_graph_node(x: Any) -> bool: return hasattr(x, "toposort") and isinstance(getattr(x, "src", None), tuple)
+def is_graph_node(x: Any) -> bool: return hasattr(x, "toposort") and isinstance(getattr(x, "src", None), tuple)
 
 
 def graph_nodes(obj: Any) -> list:
@@ -97,7 +97,7 @@ def graph_nodes(obj: Any) -> list:
   while todo:
     x = todo.pop()
     if isinstance(x, _SCALARS): continue
-    if _is_graph_node(x): roots.append(x)
+    if is_graph_node(x): roots.append(x)
     elif isinstance(x, dict): todo.extend(reversed([*x.keys(), *x.values()]))
     elif isinstance(x, (list, tuple, set, frozenset)): todo.extend(reversed(list(x)))
   if len(roots) == 1: return list(roots[0].toposort)

@@ -25,8 +25,9 @@ def test_a_realize_stores_its_graph_and_each_kernel_ast_once(replay_db):
   (schedule,), (execution,), kernels = by_kind["schedule"], by_kind["exec"], by_kind["kernel"]
   raw = {c["id"]: (serialize.loads(store.get_blob(c["input_sha"])), serialize.loads(store.get_blob(c["output_sha"])))
          for caps in by_kind.values() for c in caps}
-  graph = raw[schedule["id"]][0][parts.GRAPH]
-  assert raw[execution["id"]][0][parts.GRAPH] == graph   # one graph for the realize's two captures
+  # one graph for the realize's two captures: the schedule's input is the graph part the exec capture names
+  graph = raw[execution["id"]][0][parts.GRAPH]
+  assert schedule["input_sha"] == graph and raw[schedule["id"]][0].op.name == "SINK"
   ast_shas = _ast_shas(store, schedule)
   # every kernel rendered is one of the schedule's ASTs (the others are copies, which are not rendered)
   assert len(kernels) >= 2 and {raw[k["id"]][0][parts.AST] for k in kernels} <= set(ast_shas)
@@ -34,10 +35,11 @@ def test_a_realize_stores_its_graph_and_each_kernel_ast_once(replay_db):
   blobs = sorted(store.shared_blob_shas(schedule["id"]))
   assert raw[schedule["id"]][1][parts.AST_PLACES] == (len(blobs), [blobs.index(sha) for sha in ast_shas])
   referenced = {sha for caps in by_kind.values() for c in caps for sha in store.shared_blob_shas(c["id"])}
-  assert {graph, *ast_shas} <= referenced
+  assert {graph, *ast_shas} <= referenced and graph not in blobs
   # joined, the payloads are what captures held before parts: the same AST objects in schedule and kernel captures
   inp, out, _ = parts.load_capture(store, schedule)
-  assert isinstance(inp["graph_pickle"], bytes) and serialize.loads(inp["graph_pickle"]).op.name == "SINK"
+  assert inp["graph"] is raw[schedule["id"]][0]
+  assert isinstance(parts.load_capture(store, execution)[0]["graph_pickle"], bytes)
   rendered = [parts.load_capture(store, k)[0]["ast"] for k in kernels]
   assert all(any(ast is a for a in out["asts"]) for ast in rendered)
   for cap in (schedule, execution, *kernels):
@@ -89,12 +91,13 @@ def test_places_among_other_blobs_than_the_capture_has_are_refused(replay_db):
 
 def test_a_missing_part_is_incompatible_and_named(replay_db):
   store = _capture_a_realize(replay_db, 38)
-  (schedule,), kernel = store.captures(kinds=["schedule"]), store.captures(kinds=["kernel"])[0]
-  for cap, what in ((schedule, "graph"), (kernel, "kernel AST")):
+  (schedule,), (execution,) = store.captures(kinds=["schedule"]), store.captures(kinds=["exec"])
+  kernel = store.captures(kinds=["kernel"])[0]
+  for cap, what in ((execution, "the graph "), (kernel, "the kernel AST "), (schedule, "the capture has 0")):
     result = replay_one(cap["kind"], store.get_blob(cap["input_sha"]), store.get_blob(cap["output_sha"]), {},
                         shared={})
-    assert result["status"] == "incompatible" and f"the {what} " in result["reason"], result
-    assert "is not among the capture's blobs" in result["reason"]
+    assert result["status"] == "incompatible" and what in result["reason"], result
+    assert cap is schedule or "is not among the capture's blobs" in result["reason"]
   try: parts.join_output("schedule", {parts.ASTS: "not a list"}, {})
   except parts.PartError as e: assert "not a list" in str(e)
   else: raise AssertionError("a malformed list of parts was joined")
