@@ -10,7 +10,7 @@ from typing import Any, Iterable, Optional, TYPE_CHECKING
 from db import journal
 if TYPE_CHECKING: import sqlite_utils
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 DEFAULT_PATH = os.path.join(".replay", "replay.db")
 
 
@@ -46,6 +46,12 @@ DICTIONARY_GROWTH = 4          # a role's dictionary is made again once its late
 DICTIONARY_MARK = b"replay zlib dictionary\n"   # a dictionary's bytes are never a payload's
 DELTA_GAIN = 0.8               # a delta is kept when it is at most this part of the payload compressed alone
 MIN_DICTIONARY_BYTES = 256     # smaller payloads are stored as they are
+# A fold stores the payloads of its captures (blobs with a role: graphs, kernel ASTs, payloads; not input buffers) in
+# packs: one zlib stream of them all, a blob of its own no capture refers to, whose members are rows naming their place
+# in it (`base` is the pack, `data` the place). Compressed together, the kernel ASTs of a program take half the bytes of
+# each one alone against a dictionary, and no dictionary repeats what the payloads hold.
+PACK_MARK = b"pack "           # a member's data: b"pack <offset> <length>" (never a zlib stream: its method is not 8)
+MAX_PACK_BYTES = 1 << 20       # a pack holds at most this much (reading one member inflates its whole pack)
 
 
 def _window_bits(size: int) -> int:
@@ -194,9 +200,14 @@ def _migrate_to_15(db: "sqlite_utils.Database") -> None:
   db.execute('DROP INDEX IF EXISTS "idx_capture_blobs_sha256"')
 
 
+def _migrate_to_16(db: "sqlite_utils.Database") -> None:
+  """A blob may be a member of a pack (`PACK_MARK`), which a harness of schema 15 would read as a corrupt delta: it
+  refuses the database instead. No table changes."""
+
+
 MIGRATIONS = [_migrate_to_1, _migrate_to_2, _migrate_to_3, _migrate_to_4, _migrate_to_5, _migrate_to_6, _migrate_to_7,
               _migrate_to_8, _migrate_to_9, _migrate_to_10, _migrate_to_11, _migrate_to_12, _migrate_to_13,
-              _migrate_to_14, _migrate_to_15]
+              _migrate_to_14, _migrate_to_15, _migrate_to_16]
 
 
 # the schema the migrations build, made at once in a new database (importing sqlite-utils and running every step
@@ -277,6 +288,7 @@ class Store:
     self._candidates: dict[tuple, bytes] = {}                  # role -> its latest payloads (RECENT_BYTES, newest last)
     self._whole_ratios: dict[tuple, float] = {}                # role -> how its last payload compressed alone
     self._dictionaries: dict[str, bytes] = {}                  # bases read lately
+    self._packs: dict[str, bytes] = {}                         # packs read lately, inflated
     self._present_bases: set[str] = set()                      # bases seen in the database in the open transaction
     if self._version() != SCHEMA_VERSION: self._migrate()
 
@@ -411,6 +423,29 @@ class Store:
     self._insert_blob(sha, data, whole if whole is not None else _deflate(data))
     return sha
 
+  def _put_pack(self, members: list[tuple[str, bytes, Optional[tuple]]]) -> None:
+    """Store payloads (sha256, bytes, role) in packs of up to MAX_PACK_BYTES, alike payloads next to each other (inside
+    the caller's transaction); a payload left alone in its pack is stored as `_put_blob` stores it."""
+    members = sorted((m for m in members if m[0] not in self._known_blobs), key=lambda m: (m[2] or ()))
+    chunks: list[list[tuple[str, bytes, Optional[tuple]]]] = []
+    size = 0
+    for member in members:
+      if not chunks or size + len(member[1]) > MAX_PACK_BYTES: chunks, size = [*chunks, []], 0
+      chunks[-1].append(member)
+      size += len(member[1])
+    for chunk in chunks:
+      if len(chunk) == 1:
+        sha, data, role = chunk[0]
+        self._put_blob(data, sha, role)
+        continue
+      whole = b"".join(data for _, data, _ in chunk)
+      pack = self.blob_sha(whole)
+      self._insert_blob(pack, whole, _deflate(whole))
+      offset = 0
+      for sha, data, _ in chunk:
+        self._insert_blob(sha, data, PACK_MARK + b"%d %d" % (offset, len(data)), pack)
+        offset += len(data)
+
   def _insert_blob(self, sha: str, data: bytes, packed: bytes, base: Optional[str] = None) -> None:
     self.conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data, base) VALUES (?, ?, ?, ?)",
                       (sha, len(data), packed, base))
@@ -440,6 +475,7 @@ class Store:
     row = self.conn.execute("SELECT data, base FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
     if row is None: raise BlobError(f"blob {str(sha)[:12]} is missing from {self.path}")
     if row[1] is None: return self._inflate(sha, row[0])
+    if isinstance(row[0], bytes) and row[0].startswith(PACK_MARK): return self._from_pack(sha, row[0], row[1])
     if (zdict := self._dictionaries.get(row[1])) is None:
       base = self.conn.execute("SELECT data, base FROM blobs WHERE sha256 = ?", (row[1],)).fetchone()
       if base is None: raise BlobError(f"blob {str(sha)[:12]} is a delta of blob {str(row[1])[:12]}, which is missing")
@@ -451,6 +487,27 @@ class Store:
       if len(self._dictionaries) >= 16: self._dictionaries.pop(next(iter(self._dictionaries)))
       self._dictionaries[row[1]] = zdict
     return self._inflate(sha, row[0], zdict)
+
+  def _from_pack(self, sha: str, place: bytes, pack: str) -> bytes:
+    """A member's bytes, cut from its pack (inflated once for the members read after it)."""
+    where = place[len(PACK_MARK):].split(b" ")
+    if len(where) != 2 or not all(part.isdigit() for part in where):
+      raise BlobError(f"blob {str(sha)[:12]} names no place in its pack {str(pack)[:12]} ({place[:40]!r})")
+    offset, length = int(where[0]), int(where[1])
+    if (whole := self._packs.get(pack)) is None:
+      row = self.conn.execute("SELECT data, base FROM blobs WHERE sha256 = ?", (pack,)).fetchone()
+      if row is None: raise BlobError(f"blob {str(sha)[:12]} is in pack {str(pack)[:12]}, which is missing")
+      if row[1] is not None:
+        raise BlobError(f"blob {str(sha)[:12]} is in pack {str(pack)[:12]}, which is not a whole blob")
+      try: whole = self._inflate(pack, row[0])
+      except BlobError as e:
+        raise BlobError(f"blob {str(sha)[:12]} is in pack {str(pack)[:12]}, which cannot be read: {e}") from e
+      if len(self._packs) >= 4: self._packs.pop(next(iter(self._packs)))
+      self._packs[pack] = whole
+    data = whole[offset:offset + length]
+    if len(data) != length or self.blob_sha(data) != sha:
+      raise BlobError(f"blob {str(sha)[:12]} does not match its sha256 (altered or corrupt)")
+    return data
 
   def blob_count(self) -> int: return self.conn.execute("SELECT count(*) FROM blobs").fetchone()[0]
 
@@ -591,7 +648,7 @@ class Store:
         held = None if trust_held else \
           self._held_blobs({sha for record in records for sha, data, _ in record.blobs if data is None})
         # the rows go in together once their blobs are in
-        rows, links = [], []
+        rows, links, payloads = [], [], []
         next_id = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM captures").fetchone()[0]
         for record in records:
           row = tuple(record.fields.get(f) for f in self.JOURNAL_FIELDS)
@@ -604,11 +661,13 @@ class Store:
             continue
           for sha, data, role in record.blobs:
             if data is not None and sha not in written:
-              self._put_blob(data, sha, role)
+              if role is None: self._put_blob(data, sha, role)
+              else: payloads.append((sha, data, role))
               written.add(sha)
           rows.append((next_id, *row))
           links.extend((next_id, sha) for sha in record.shared)
           next_id += 1
+        self._put_pack(payloads)
         self.conn.executemany(self._NUMBERED_CAPTURE_ROW, rows)
         self.conn.executemany(self._CAPTURE_BLOB_ROW, links)
         stored = len(rows)

@@ -2,9 +2,10 @@
 cnn_adam transformer_adamw --no-variants`) run with capture off and on, alternating, ROUNDS=5 pairs (fresh processes,
 warm compile cache). Prints the median wall and CPU times, the median of the pairs' ratios, the best CPU time of each
 side, and database bytes per capture (per kind: the blobs its captures refer to, with the zlib dictionaries of their
-deltas; a blob that several captures refer to is split between them)."""
+deltas, and of a pack the part its members' sizes make; a blob that several captures refer to is split between them)."""
 import os, resource, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
+from db.store import PACK_MARK
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,6 +22,34 @@ def run_corpus(capture: bool, db: str, args: list[str]) -> tuple[float, float]:
   usage = resource.getrusage(resource.RUSAGE_CHILDREN)
   if proc.returncode != 0: raise SystemExit(f"the workloads failed (exit {proc.returncode}): {stderr.decode()[-2000:]}")
   return time.perf_counter() - t0, usage.ru_utime + usage.ru_stime
+
+
+def bytes_per_kind(conn, run_id: int) -> dict[str, list]:
+  """kind -> [captures, compressed bytes] of one run: each blob its captures refer to (payloads, parts, input buffers,
+  the zlib dictionary of a delta, a pack member's part of its pack) split evenly between the captures that refer to
+  it."""
+  refs: dict[str, list[str]] = {}
+  for cid, kind, inp, out in conn.execute("SELECT id, kind, input_sha, output_sha FROM captures WHERE run_id = ?",
+                                          (run_id,)).fetchall():
+    shared = [r[0] for r in conn.execute("SELECT sha256 FROM capture_blobs WHERE capture_id = ?", (cid,))]
+    for sha in {inp, out, *shared}: refs.setdefault(sha, []).append(kind)
+  sizes = dict(conn.execute("SELECT sha256, length(data) FROM blobs").fetchall())
+  # a pack's bytes go to its members by their size (what each takes of the pack compressed), a dictionary's to the
+  # captures its deltas serve
+  members: dict[str, list[tuple[str, int]]] = {}
+  for sha, base, raw, packed in conn.execute("SELECT sha256, base, size, substr(data, 1, ?) = ? FROM blobs WHERE "
+                                             "base IS NOT NULL", (len(PACK_MARK), PACK_MARK)).fetchall():
+    if packed: members.setdefault(base, []).append((sha, raw))
+    elif sha in refs: refs.setdefault(base, []).extend(refs[sha])
+  for pack, held in members.items():
+    whole, pack_bytes = sum(raw for _, raw in held) or 1, sizes.get(pack, 0)
+    for sha, raw in held: sizes[sha] += pack_bytes * raw / whole
+  per_kind = {k: [0, 0.0] for k in ("schedule", "kernel", "exec")}
+  for kind, n in conn.execute("SELECT kind, count(*) FROM captures WHERE run_id = ? GROUP BY kind", (run_id,)):
+    per_kind.setdefault(kind, [0, 0.0])[0] = n
+  for sha, kinds in refs.items():
+    for kind in kinds: per_kind[kind][1] += sizes.get(sha, 0) / len(kinds)
+  return per_kind
 
 
 def main():
@@ -41,22 +70,8 @@ def main():
     conn = sqlite3.connect(db)
     captures = conn.execute("SELECT count(*) FROM captures").fetchone()[0]
     blob_bytes = conn.execute("SELECT coalesce(sum(length(data)), 0) FROM blobs").fetchone()[0]
-    # per kind, of the first run: each blob its captures refer to (payloads, parts, input buffers, and the zlib
-    # dictionary of a delta) split evenly between the captures that refer to it
     first_run = conn.execute("SELECT min(run_id) FROM captures").fetchone()[0]
-    refs: dict[str, list[str]] = {}
-    for cid, kind, inp, out in conn.execute("SELECT id, kind, input_sha, output_sha FROM captures WHERE run_id = ?",
-                                            (first_run,)).fetchall():
-      shared = [r[0] for r in conn.execute("SELECT sha256 FROM capture_blobs WHERE capture_id = ?", (cid,))]
-      for sha in {inp, out, *shared}: refs.setdefault(sha, []).append(kind)
-    sizes = dict(conn.execute("SELECT sha256, length(data) FROM blobs").fetchall())
-    for sha, base in conn.execute("SELECT sha256, base FROM blobs WHERE base IS NOT NULL").fetchall():
-      if sha in refs: refs.setdefault(base, []).extend(refs[sha])
-    per_kind = {k: [0, 0.0] for k in ("schedule", "kernel", "exec")}
-    for kind, n in conn.execute("SELECT kind, count(*) FROM captures WHERE run_id = ? GROUP BY kind", (first_run,)):
-      per_kind.setdefault(kind, [0, 0.0])[0] = n
-    for sha, kinds in refs.items():
-      for kind in kinds: per_kind[kind][1] += sizes.get(sha, 0) / len(kinds)
+    per_kind = bytes_per_kind(conn, first_run)
     conn.close()
     size = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp)
                if f.startswith("bench.db") and os.path.isfile(os.path.join(tmp, f)))

@@ -328,3 +328,83 @@ def test_opening_waits_while_the_database_is_locked_at_once():
     _set_wal(Refusing(10**9), seconds=0.05)
   with pytest.raises(sqlite3.OperationalError):   # any other error at once
     _set_wal(Refusing(1, "disk I/O error"))
+
+
+def _folded_payloads(path: str, count: int = 8):
+  """A fold of `count` kernel captures whose inputs are alike payloads: (the store, the captures' input hashes)."""
+  from db import journal
+  s = Store(path)
+  run = s.add_run(argv="[]")
+  records = []
+  for i in range(count):
+    data = _payload(i)
+    fields = {"run_id": run, "kind": "kernel", "key": f"k{i}", "name": "E", "location": "here", "time": 1000.0 + i,
+              "input_sha": Store.blob_sha(data), "output_sha": Store.blob_sha(b"out"), "flags": "{}", "meta": "{}"}
+    records.append(journal.Record(fields, [(fields["input_sha"], data, ("kernel", "input")),
+                                           (fields["output_sha"], b"out", ("kernel", "output"))], []))
+  assert s.fold_records(records) == (count, [])
+  return s, [r.fields["input_sha"] for r in records]
+
+
+def test_a_fold_packs_its_payloads_into_one_stream_read_back_exactly(tmp_path):
+  """Payloads compressed together take less than each compressed alone; each member names its place in the pack."""
+  import zlib
+  from db.store import PACK_MARK
+  s, inputs = _folded_payloads(str(tmp_path / "r.db"))
+  packs = {_base(s, sha) for sha in inputs}
+  assert len(packs) == 1 and None not in packs
+  (pack,) = packs
+  assert _base(s, pack) is None and pack not in {c["output_sha"] for c in s.captures()}
+  members = s.conn.execute("SELECT data FROM blobs WHERE base = ?", (pack,)).fetchall()
+  assert len(members) == 9 and all(data.startswith(PACK_MARK) for (data,) in members)   # 8 inputs and the output
+  stored = s.conn.execute("SELECT sum(length(data)) FROM blobs").fetchone()[0]
+  assert stored < 0.5 * sum(len(zlib.compress(_payload(i), 6)) for i in range(8))
+  fresh = Store(s.path)
+  assert [fresh.get_blob(sha) for sha in inputs] == [_payload(i) for i in range(8)]
+  assert fresh.get_blob(Store.blob_sha(b"out")) == b"out"
+  assert s.integrity_ok()
+
+
+def test_a_pack_is_split_at_its_size_limit_and_a_lone_payload_is_not_packed(tmp_path, monkeypatch):
+  import db.store
+  monkeypatch.setattr(db.store, "MAX_PACK_BYTES", 3 * len(_payload(0)))
+  s, inputs = _folded_payloads(str(tmp_path / "r.db"), 7)
+  packs = [_base(s, sha) for sha in inputs]
+  assert len(set(packs)) >= 3 and all(packs.count(p) <= 3 for p in set(packs))
+  assert [Store(s.path).get_blob(sha) for sha in inputs] == [_payload(i) for i in range(7)]
+  one, (only,) = _folded_payloads(str(tmp_path / "one.db"), 1)
+  assert one.conn.execute("SELECT count(*) FROM blobs WHERE data LIKE 'pack %'").fetchone()[0] == 0
+  assert one.get_blob(only) == _payload(0)
+
+
+def test_a_damaged_or_missing_pack_is_named_and_a_damaged_member_fails_alone(tmp_path):
+  import zlib
+  from db import BlobError
+  s, inputs = _folded_payloads(str(tmp_path / "r.db"))
+  pack = _base(s, inputs[0])
+  s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (b"pack 5 999999", inputs[1]))
+  with pytest.raises(BlobError, match="does not match its sha256"): Store(s.path).get_blob(inputs[1])
+  s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (b"pack five", inputs[2]))
+  with pytest.raises(BlobError, match=f"names no place in its pack {pack[:12]}"): Store(s.path).get_blob(inputs[2])
+  assert Store(s.path).get_blob(inputs[3]) == _payload(3)   # the others still read
+  s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (zlib.compress(b"not the pack"), pack))
+  with pytest.raises(BlobError, match=f"is in pack {pack[:12]}, which cannot be read: .*sha256"):
+    Store(s.path).get_blob(inputs[3])
+  s.conn.execute("UPDATE blobs SET base = ? WHERE sha256 = ?", (inputs[5], pack))
+  with pytest.raises(BlobError, match="which is not a whole blob"): Store(s.path).get_blob(inputs[3])
+  s.conn.execute("PRAGMA foreign_keys = OFF")
+  s.conn.execute("DELETE FROM blobs WHERE sha256 = ?", (pack,))
+  with pytest.raises(BlobError, match=f"is in pack {pack[:12]}, which is missing"): Store(s.path).get_blob(inputs[3])
+
+
+def test_a_prune_keeps_a_pack_while_a_kept_capture_refers_to_one_of_its_members(tmp_path):
+  s, inputs = _folded_payloads(str(tmp_path / "r.db"))
+  pack = _base(s, inputs[0])
+  (run,) = {c["run_id"] for c in s.captures()}
+  keep = s.add_run(argv="[]")
+  s.add_capture(keep, "kernel", "kept", "E", "here", _payload(4), b"other output", {})   # names a member
+  s.delete_runs([run])
+  assert Store(s.path).get_blob(Store.blob_sha(_payload(4))) == _payload(4)
+  assert s.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (pack,)).fetchone()
+  s.delete_runs([keep])
+  assert s.blob_count() == 0   # the pack goes with the last member a capture refers to
