@@ -73,8 +73,9 @@ class Buffer:
     self._base = base
     self._mem: Optional[np.ndarray] = None  # flat uint8 memory
     self.view_count = 0  # live views of this (base) buffer: memory is not freed under them
-    # set while a schedule that writes this buffer has been made (tensors already point here) but has not run
-    self.pending_write = False
+    # set while a schedule that writes this buffer has been made (tensors already point here) but has not run; a string
+    # names what the buffer is, for the error a reader gets
+    self.pending_write: bool | str = False
     if base is not None:
       if offset + self.nbytes > base.nbytes:
         raise ValueError(f"buffer view of {self.nbytes} bytes at {offset} exceeds base of {base.nbytes}")

@@ -57,10 +57,13 @@ def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None) -> None
   compile_ahead(schedule)
   written_here = {id(si.bufs[0]) for si in schedule}   # an item may read a buffer's old contents before its writer
   for si in schedule:
-    if any(b.pending_write and id(b) not in written_here for b in si.bufs[1:]):
-      raise RuntimeError(f"{kernel_name(si.ast) if si.ast.op is Ops.SINK else si.ast.op.name} reads a buffer that "
+    if (pending := next((b for b in si.bufs[1:] if b.pending_write and id(b) not in written_here), None)) is not None:
+      # a tensor's frontend names what the buffer is (the random generator's counter) where it knows
+      what = pending.pending_write if isinstance(pending.pending_write, str) else "a buffer"
+      raise RuntimeError(f"{kernel_name(si.ast) if si.ast.op is Ops.SINK else si.ast.op.name} reads {what}, which "
                          "another schedule computes, and that schedule has not run yet: run it first (run_schedule), "
-                         "or use realize() instead of schedule()")
+                         "or use realize() instead of schedule()" +
+                         (", or restart the generator with Tensor.manual_seed()" if what != "a buffer" else ""))
     stats["kernels"] += 1
     for b in si.bufs: b.ensure_allocated()
     ast = si.ast

@@ -108,6 +108,10 @@ def _realized_graphs() -> dict[UOp, UOp]:
   return {t.lazydata: t._computed_from for t in _live_tensors() if isinstance(t._computed_from, UOp)}
 
 
+# what a Buffer's `pending_write` says when the pending write is a random generator's counter (`Tensor.rand`)
+RNG_COUNTER = "the random generator's counter"
+
+
 # `_computed_from` of a tensor written by assign (an optimizer's parameter): its gradient is taken as a leaf, never
 # through the update that made it (whose buffers the next step overwrites)
 ASSIGNED = "assigned"
@@ -295,6 +299,10 @@ class TensorBase:
     items, var_vals, becomes = create_schedule_with_vars(UOp.sink(*(t.lazydata for t in (self, *more))))
     for si in items: si.bufs[0].pending_write = True   # each item writes its first buffer; tensors point there now
     apply_becomes_map(becomes)
+    # a draw advances its device's generator counter: a later draw that reads it before this schedule ran is told so
+    for counter in getattr(type(self), "_device_rng_counters", {}).values():
+      if (base := counter.lazydata.base).op is Ops.BUFFER and base.buffer.pending_write:
+        base.buffer.pending_write = RNG_COUNTER
     return items, var_vals
 
   def schedule(self, *more: TensorBase) -> list:

@@ -48,3 +48,16 @@ def test_schedules_made_first_and_run_in_order_are_fine():
     pending = (z * 3).schedule()
     run_schedule((z - 1).schedule())   # reads z's buffer, which `pending` writes
   run_schedule(pending)
+
+
+def test_a_draw_after_an_unrun_schedule_of_a_draw_names_the_generator_and_manual_seed_restarts_it(each_device):
+  Tensor.manual_seed(3)
+  Tensor.rand(3).schedule()   # the device's first draw makes its generator's counter (copied in on CPU); never run
+  if each_device == "CPU":
+    with pytest.raises(RuntimeError, match="reads the random generator's counter, .* not run yet.*manual_seed"):
+      Tensor.rand(3).numpy()
+  Tensor.manual_seed(11)
+  first = Tensor.rand(4).numpy()
+  Tensor.manual_seed(11)
+  np.testing.assert_array_equal(Tensor.rand(4).numpy(), first)
+  assert ((first >= 0) & (first < 1)).all()
