@@ -491,7 +491,7 @@ class Store:
   def _from_pack(self, sha: str, place: bytes, pack: str) -> bytes:
     """A member's bytes, cut from its pack (inflated once for the members read after it)."""
     where = place[len(PACK_MARK):].split(b" ")
-    if len(where) != 2 or not all(part.isdigit() for part in where):
+    if len(place) > 64 or len(where) != 2 or not all(part.isdigit() for part in where):
       raise BlobError(f"blob {str(sha)[:12]} names no place in its pack {str(pack)[:12]} ({place[:40]!r})")
     offset, length = int(where[0]), int(where[1])
     if (whole := self._packs.get(pack)) is None:

@@ -384,8 +384,9 @@ def test_a_damaged_or_missing_pack_is_named_and_a_damaged_member_fails_alone(tmp
   pack = _base(s, inputs[0])
   s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (b"pack 5 999999", inputs[1]))
   with pytest.raises(BlobError, match="does not match its sha256"): Store(s.path).get_blob(inputs[1])
-  s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (b"pack five", inputs[2]))
-  with pytest.raises(BlobError, match=f"names no place in its pack {pack[:12]}"): Store(s.path).get_blob(inputs[2])
+  for place in (b"pack five", b"pack 1 " + b"9" * 5000):
+    s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (place, inputs[2]))
+    with pytest.raises(BlobError, match=f"names no place in its pack {pack[:12]}"): Store(s.path).get_blob(inputs[2])
   assert Store(s.path).get_blob(inputs[3]) == _payload(3)   # the others still read
   s.conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (zlib.compress(b"not the pack"), pack))
   with pytest.raises(BlobError, match=f"is in pack {pack[:12]}, which cannot be read: .*sha256"):
