@@ -52,6 +52,7 @@ MIN_DICTIONARY_BYTES = 256     # smaller payloads are stored as they are
 # each one alone against a dictionary, and no dictionary repeats what the payloads hold.
 PACK_MARK = b"pack "           # a member's data: b"pack <offset> <length>" (never a zlib stream: its method is not 8)
 MAX_PACK_BYTES = 1 << 20       # a pack holds at most this much (reading one member inflates its whole pack)
+REPACK_BELOW = 0.5             # a prune writes again a pack whose remaining members hold less than this part of it
 
 
 def _window_bits(size: int) -> int:
@@ -820,10 +821,10 @@ class Store:
     return gone
 
   def delete_unreferenced_blobs(self) -> int:
-    """Delete the blobs no capture refers to. Foreign keys are not checked meanwhile: the statement deletes only blobs
-    nothing refers to, in one transaction no capture is written during, and checking them searched the whole captures
-    table for every blob deleted (no index on the hashes captures refer to blobs by: 17 s for 20,000 blobs in a database
-    of 8,000 captures, 0.2 s without the check)."""
+    """Delete the blobs no capture refers to, and write again the packs that leaves mostly empty. Foreign keys are not
+    checked meanwhile: the statement deletes only blobs nothing refers to, in one transaction no capture is written
+    during, and checking them searched the whole captures table for every blob deleted (no index on the hashes captures
+    refer to blobs by: 17 s for 20,000 blobs in a database of 8,000 captures, 0.2 s without the check)."""
     self.conn.execute("PRAGMA foreign_keys = OFF")   # only outside a transaction
     try:
       with self.transaction():
@@ -833,9 +834,36 @@ class Store:
         n = self.conn.execute(f"DELETE FROM blobs WHERE sha256 NOT IN ({referenced}) AND sha256 NOT IN "
                               f"(SELECT base FROM blobs WHERE base IS NOT NULL AND sha256 IN ({referenced}))").rowcount
         self.conn.execute("DELETE FROM part_index WHERE sha256 NOT IN (SELECT sha256 FROM blobs)")
+        self._repack_sparse()
     finally: self.conn.execute("PRAGMA foreign_keys = ON")
     self._known_blobs.clear()
     return n
+
+  def _repack_sparse(self) -> None:
+    """Write again the packs whose members a prune mostly deleted (inside the caller's transaction): the members that
+    stay move into a new pack (one alone is stored whole), and the old pack goes. A pack that cannot be read stays."""
+    sparse = self.conn.execute(
+      "SELECT pack.sha256 FROM blobs AS pack JOIN blobs AS member ON member.base = pack.sha256 AND "
+      "substr(member.data, 1, ?) = ? GROUP BY pack.sha256 HAVING sum(member.size) < ? * pack.size",
+      (len(PACK_MARK), PACK_MARK, REPACK_BELOW)).fetchall()
+    for (pack,) in sparse:
+      rows = self.conn.execute("SELECT sha256, data FROM blobs WHERE base = ? AND substr(data, 1, ?) = ?",
+                               (pack, len(PACK_MARK), PACK_MARK)).fetchall()
+      try: members = [(sha, self._from_pack(sha, place, pack)) for sha, place in rows]
+      except BlobError: continue
+      if len(members) == 1:
+        self.conn.execute("UPDATE blobs SET data = ?, base = NULL WHERE sha256 = ?",
+                          (_deflate(members[0][1]), members[0][0]))
+      else:
+        whole = b"".join(data for _, data in members)
+        self._insert_blob(new := self.blob_sha(whole), whole, _deflate(whole))
+        offset = 0
+        for sha, data in members:
+          self.conn.execute("UPDATE blobs SET data = ?, base = ? WHERE sha256 = ?",
+                            (PACK_MARK + b"%d %d" % (offset, len(data)), new, sha))
+          offset += len(data)
+      self.conn.execute("DELETE FROM blobs WHERE sha256 = ?", (pack,))
+      self._packs.pop(pack, None)
 
   def accept(self, entries: list[dict]) -> int:
     """Record differences as expected ({kind, location, fingerprint, name, head_commit, base_commit}); returns how

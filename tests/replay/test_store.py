@@ -398,14 +398,27 @@ def test_a_damaged_or_missing_pack_is_named_and_a_damaged_member_fails_alone(tmp
   with pytest.raises(BlobError, match=f"is in pack {pack[:12]}, which is missing"): Store(s.path).get_blob(inputs[3])
 
 
-def test_a_prune_keeps_a_pack_while_a_kept_capture_refers_to_one_of_its_members(tmp_path):
+def test_a_prune_keeps_the_members_a_kept_capture_refers_to_and_writes_a_mostly_empty_pack_again(tmp_path, monkeypatch):
+  import db.store
   s, inputs = _folded_payloads(str(tmp_path / "r.db"))
   pack = _base(s, inputs[0])
   (run,) = {c["run_id"] for c in s.captures()}
   keep = s.add_run(argv="[]")
   s.add_capture(keep, "kernel", "kept", "E", "here", _payload(4), b"other output", {})   # names a member
+  s.add_capture(keep, "kernel", "kept too", "E", "here", _payload(5), b"other output", {})
+  whole = s.conn.execute("SELECT size FROM blobs WHERE sha256 = ?", (pack,)).fetchone()[0]
   s.delete_runs([run])
-  assert Store(s.path).get_blob(Store.blob_sha(_payload(4))) == _payload(4)
-  assert s.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (pack,)).fetchone()
+  # two of the pack's nine members stay: they move into a pack of their own, and the old one goes
+  (repacked,) = {_base(s, Store.blob_sha(_payload(i))) for i in (4, 5)}
+  assert repacked != pack and not s.conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (pack,)).fetchone()
+  assert s.conn.execute("SELECT size FROM blobs WHERE sha256 = ?", (repacked,)).fetchone()[0] < whole / 3
+  assert [Store(s.path).get_blob(Store.blob_sha(_payload(i))) for i in (4, 5)] == [_payload(4), _payload(5)]
+  s.conn.execute("DELETE FROM captures WHERE key = 'kept too'")
+  s.delete_unreferenced_blobs()   # one member left holding half the pack: not written again
+  assert _base(s, Store.blob_sha(_payload(4))) == repacked
+  monkeypatch.setattr(db.store, "REPACK_BELOW", 0.75)
+  s.delete_unreferenced_blobs()   # below the threshold, the member left alone is stored whole
+  assert _base(s, Store.blob_sha(_payload(4))) is None and Store(s.path).get_blob(Store.blob_sha(_payload(4))) == \
+    _payload(4)
   s.delete_runs([keep])
   assert s.blob_count() == 0   # the pack goes with the last member a capture refers to
