@@ -439,13 +439,18 @@ class Store:
         sha, data, role = chunk[0]
         self._put_blob(data, sha, role)
         continue
-      whole = b"".join(data for _, data, _ in chunk)
-      pack = self.blob_sha(whole)
-      self._insert_blob(pack, whole, _deflate(whole))
-      offset = 0
-      for sha, data, _ in chunk:
-        self._insert_blob(sha, data, PACK_MARK + b"%d %d" % (offset, len(data)), pack)
-        offset += len(data)
+      pack, places = self._new_pack([(sha, data) for sha, data, _ in chunk])
+      for (sha, data, _), place in zip(chunk, places): self._insert_blob(sha, data, place, pack)
+
+  def _new_pack(self, members: list[tuple[str, bytes]]) -> tuple[str, list[bytes]]:
+    """Store the pack of `members` (sha256, bytes): its sha256, and each member's place in it (a member row's data)."""
+    whole = b"".join(data for _, data in members)
+    pack, places, offset = self.blob_sha(whole), [], 0
+    self._insert_blob(pack, whole, _deflate(whole))
+    for _, data in members:
+      places.append(PACK_MARK + b"%d %d" % (offset, len(data)))
+      offset += len(data)
+    return pack, places
 
   def _insert_blob(self, sha: str, data: bytes, packed: bytes, base: Optional[str] = None) -> None:
     self.conn.execute("INSERT OR IGNORE INTO blobs (sha256, size, data, base) VALUES (?, ?, ?, ?)",
@@ -855,13 +860,9 @@ class Store:
         self.conn.execute("UPDATE blobs SET data = ?, base = NULL WHERE sha256 = ?",
                           (_deflate(members[0][1]), members[0][0]))
       else:
-        whole = b"".join(data for _, data in members)
-        self._insert_blob(new := self.blob_sha(whole), whole, _deflate(whole))
-        offset = 0
-        for sha, data in members:
-          self.conn.execute("UPDATE blobs SET data = ?, base = ? WHERE sha256 = ?",
-                            (PACK_MARK + b"%d %d" % (offset, len(data)), new, sha))
-          offset += len(data)
+        new, places = self._new_pack(members)
+        self.conn.executemany("UPDATE blobs SET data = ?, base = ? WHERE sha256 = ?",
+                              [(place, new, sha) for (sha, _), place in zip(members, places)])
       self.conn.execute("DELETE FROM blobs WHERE sha256 = ?", (pack,))
       self._packs.pop(pack, None)
 
