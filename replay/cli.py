@@ -191,8 +191,8 @@ def runs(s: Session, limit):
 @click.option("--dry-run", is_flag=True, help="Say what would be removed, remove nothing.")
 @click.pass_obj
 def prune(s: Session, keep, older_than, worktrees, dry_run):
-  """Remove old capture runs (with their reruns, captures, outcomes and replays), blobs nothing refers to, and the
-  cached worktrees and overlays."""
+  """Remove old capture runs (with their reruns, captures, outcomes and replays), blobs nothing refers to (packs left
+  mostly empty are written again, smaller), and the cached worktrees and overlays."""
   click.echo(s.prune(keep, older_than, worktrees, dry_run))
 
 
