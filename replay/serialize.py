@@ -67,6 +67,8 @@ class _TableRefs(pickle.Pickler):
 
   def persistent_id(self, obj: Any) -> Optional[int]:
     if type(obj) is not self.node_type: return None
+    # the last node is a root: a graph part's payload is that node alone, and needs no index of the whole table
+    if obj is self.nodes[-1]: return len(self.nodes) - 1
     if self.places is None: self.places = {node: i for i, node in enumerate(self.nodes)}
     return self.places.get(obj)
 

@@ -62,8 +62,7 @@ def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None) -> None
       what = pending.pending_write if isinstance(pending.pending_write, str) else "a buffer"
       raise RuntimeError(f"{kernel_name(si.ast) if si.ast.op is Ops.SINK else si.ast.op.name} reads {what}, which "
                          "another schedule computes, and that schedule has not run yet: run it first (run_schedule), "
-                         "or use realize() instead of schedule()" +
-                         (", or restart the generator with Tensor.manual_seed()" if what != "a buffer" else ""))
+                         "or use realize() instead of schedule()")
     stats["kernels"] += 1
     for b in si.bufs: b.ensure_allocated()
     ast = si.ast

@@ -108,8 +108,9 @@ def _realized_graphs() -> dict[UOp, UOp]:
   return {t.lazydata: t._computed_from for t in _live_tensors() if isinstance(t._computed_from, UOp)}
 
 
-# what a Buffer's `pending_write` says when the pending write is a random generator's counter (`Tensor.rand`)
-RNG_COUNTER = "the random generator's counter"
+# what a Buffer's `pending_write` says when the pending write is a random generator's counter (`Tensor.rand`), with
+# the way out a program that dropped the schedule still has
+RNG_COUNTER = "the random generator's counter (Tensor.manual_seed() restarts the generator)"
 
 
 # `_computed_from` of a tensor written by assign (an optimizer's parameter): its gradient is taken as a leaf, never
