@@ -71,6 +71,12 @@ def test_schedules_captured_with_prefixes_or_full_hashes_still_join(replay_db):
   except parts.PartError as e: assert f"the kernel AST {shas[0][:parts.REF_HEX]} of the payload names 2" in str(e)
   else: raise AssertionError("a prefix naming two blobs was joined")
   assert parts.join_output("schedule", {parts.ASTS: shas, "var_vals": {}}, clash)["asts"] == by_place
+  # before a schedule's input was its graph part, the input named the graph among the capture's blobs
+  graph = store.get_blob(schedule["input_sha"])
+  wrapped = serialize.dumps({parts.GRAPH: schedule["input_sha"]}, plain=True)
+  old_out = serialize.dumps({parts.ASTS: [sha[:parts.REF_HEX] for sha in shas], "var_vals": {}}, plain=True)
+  result = replay_one("schedule", wrapped, old_out, {}, shared={**shared, schedule["input_sha"]: graph})
+  assert result["status"] == "same", result
 
 
 def test_places_among_other_blobs_than_the_capture_has_are_refused(replay_db):
