@@ -171,9 +171,9 @@ class Journal:
     """Write one capture (blobs the database or this journal holds go without their bytes); the segment's size."""
     with self.lock:
       if os.getpid() != self.pid: raise JournalError("a journal is written by the process that made it")
-      kept, new = [], []
+      kept, new, written, known = [], [], self.written, self.known_blobs
       for sha, data, role in blobs:
-        if sha in self.written or sha in self.known_blobs or sha in new: kept.append((sha, None, role))
+        if data is None or sha in written or sha in known or sha in new: kept.append((sha, None, role))
         else:
           kept.append((sha, data, role))
           new.append(sha)
@@ -181,8 +181,10 @@ class Journal:
       record = entry.encode()
       try:
         if self.fd is None: self._open_segment()
-        view = memoryview(record)
-        while view: view = view[os.write(self.fd, view):]
+        done = os.write(self.fd, record)
+        if done < len(record):   # a signal or a full pipe cut the write short: the rest follows
+          view = memoryview(record)[done:]
+          while view: view = view[os.write(self.fd, view):]
       except OSError as e:
         if self.fd is not None:
           try: os.ftruncate(self.fd, self.bytes)   # a record cut short would end the segment for the records after it

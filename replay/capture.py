@@ -443,38 +443,46 @@ _enclosing = threading.local()   # per thread, the location of the captured call
 class CapturePoint:
   """One captured call: `with CapturePoint(kind, inputs, meta) as cap: ...; cap.set_output(out)`."""
 
+  # slots: a training step takes hundreds of captures (one per kernel rendered), each of which sets a dozen of these
+  __slots__ = ("kind", "meta", "output", "has_output", "shared", "roles", "contract", "flags", "input_sha", "input_data",
+               "location", "name", "enclosing_location")
+
   def __init__(self, kind: str, inputs: tuple, meta: dict):
-    self.kind, self.meta = kind, {k: (v() if callable(v) else v) for k, v in meta.items()}
+    self.kind, self.meta = kind, {k: (v() if callable(v) else v) for k, v in meta.items()} if meta else {}
     self.output: Any = None
     self.has_output = False
-    # blobs of their own the payloads refer to, by sha256: parts (a graph, kernel ASTs) and an exec's input buffers
-    self.shared: dict[str, bytes] = {}
-    self.roles: dict[str, tuple] = {}
-    self.contract = contract = _contract()
+    self.contract = contract = _contracts[0] if _contracts else _contract()
     self.flags = contract.flag_values()
-    # pickling a graph leaves buffer contents out (they are stored apart); a kernel's AST is pickled once per process
-    pickled = _ast_parts.get(inputs[0]) if kind == "kernel" else None
-    with contract.without_pickled_buffers() if pickled is None else contextlib.nullcontext():
-      if kind == "schedule":   # the input is the graph itself, a part the realize's exec capture refers to
-        self.input_sha, self.input_data = graph_part(inputs[0])
-        self.roles = {self.input_sha: _GRAPH_ROLE}
-      elif kind == "kernel":
-        sha, ast = pickled or ast_part(inputs[0])
-        payload, self.shared = {parts.AST: sha, "device": inputs[1], "options": inputs[2]}, {sha: ast}
-        self.roles = {sha: _AST_ROLE}
-      elif kind == "exec":
-        contents, info, self.shared = _exec_inputs(inputs[0])
-        sha, graph = graph_part(inputs[0])
-        payload = {parts.GRAPH: sha, "buffers": contents}
-        self.shared[sha], self.roles = graph, {sha: _GRAPH_ROLE}
-        self.meta.update(info)
-      else: raise ValueError(f"unknown capture kind {kind!r}")
-      if kind != "schedule":
-        self.input_data = serialize.dumps(payload, contract.VERSION, plain=kind == "kernel")
-        self.input_sha = hashlib.sha256(self.input_data).hexdigest()
+    # `shared`: blobs of their own the payloads refer to, by sha256 (parts: a graph, kernel ASTs; an exec's input
+    # buffers), and `roles`: the role of each for the store's delta compression
+    if kind == "kernel":
+      ast = inputs[0]
+      if (part := _ast_parts.get(ast)) is None:   # a kernel's AST is pickled once per process
+        with contract.without_pickled_buffers(): part = ast_part(ast)
+      sha, data = part
+      self.shared, self.roles = {sha: data}, {sha: _AST_ROLE}
+      self.input_data = serialize.dumps({parts.AST: sha, "device": inputs[1], "options": inputs[2]}, contract.VERSION,
+                                        plain=True)
+      self.input_sha = hashlib.sha256(self.input_data).hexdigest()
+    else:
+      # pickling a graph leaves buffer contents out (they are stored apart)
+      with contract.without_pickled_buffers(): self._graph_input(kind, inputs[0])
     # the captures a captured call makes inside it (the schedule and kernels of a realize) were taken where it was
     self.location = getattr(_enclosing, "location", None) or location()
     self.name = self.meta.pop("name", kind)
+
+  def _graph_input(self, kind: str, graph) -> None:
+    if kind == "schedule":   # the input is the graph itself, a part the realize's exec capture refers to
+      self.input_sha, self.input_data = graph_part(graph)
+      self.shared, self.roles = {}, {self.input_sha: _GRAPH_ROLE}
+    elif kind == "exec":
+      contents, info, self.shared = _exec_inputs(graph)
+      sha, data = graph_part(graph)
+      self.shared[sha], self.roles = data, {sha: _GRAPH_ROLE}
+      self.meta.update(info)
+      self.input_data = serialize.dumps({parts.GRAPH: sha, "buffers": contents}, self.contract.VERSION)
+      self.input_sha = hashlib.sha256(self.input_data).hexdigest()
+    else: raise ValueError(f"unknown capture kind {kind!r}")
 
   def __enter__(self):
     self.enclosing_location = getattr(_enclosing, "location", None)

@@ -12,7 +12,8 @@ Imports of the compiler are inside the functions: this module registers the reco
 from __future__ import annotations
 import contextlib, os, tempfile
 from typing import Any, Callable, Iterator, Optional
-from scheduler.helpers import RECONSTRUCTORS   # the bottom layer: it loads nothing else of the compiler
+# the bottom layer: it loads nothing else of the compiler
+from scheduler.helpers import RECONSTRUCTORS, Context, ContextVar
 
 # the contract's version: bump when a name below changes meaning; `READS` lists the versions this revision can replay
 VERSION = 1
@@ -83,26 +84,22 @@ def graph_rows(nodes: list) -> tuple[str, int, list[tuple]]:
 
 def flag_defaults() -> dict[str, int]:
   """Every flag and its default (what it is without an environment variable)."""
-  from scheduler.helpers import ContextVar
   return {name: var.default for name, var in sorted(ContextVar._cache.items())}
 
 
 def flag_values() -> dict[str, int]:
   """Every flag and its value now (in this thread)."""
-  from scheduler.helpers import ContextVar
   return ContextVar.snapshot()
 
 
 def flags_applied(flags: dict[str, int]):
   """A context manager that sets the flags this revision knows for a block (unknown names are skipped: a flag the
   capturing revision had and this one has not)."""
-  from scheduler.helpers import Context, ContextVar
   return Context(**{name: value for name, value in flags.items() if name in ContextVar._cache})
 
 
 def without_pickled_buffers():
   """A block in which pickling a graph leaves out buffer contents (a capture stores them apart)."""
-  from scheduler.helpers import Context
   return Context(PICKLE_BUFFERS=0)
 
 

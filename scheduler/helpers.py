@@ -30,6 +30,7 @@ class ContextVar:
 
   It behaves like its integer value in comparisons and truth tests (`if DEBUG >= 2:`)."""
   _cache: dict[str, ContextVar] = {}   # every flag by name; the harness snapshots and restores it
+  _ordered: list[tuple[str, ContextVar]] = []   # _cache's items sorted by name (flags only register, never leave)
 
   def __init__(self, key: str, default_value: int):
     if key in ContextVar._cache: raise RuntimeError(f"flag {key} is defined twice")
@@ -59,10 +60,12 @@ class ContextVar:
   @staticmethod
   def snapshot() -> dict[str, int]:
     """Every registered flag and its current value, sorted by name (taken at every capture: the block's values are
-    looked up once, not once per flag)."""
-    blocks = getattr(_block_values, "flags", None) or {}
-    return {name: blocks[name] if name in blocks else var.process_value
-            for name, var in sorted(ContextVar._cache.items())}
+    looked up once, not once per flag, and the flags are sorted once per set of flags)."""
+    ordered = ContextVar._ordered
+    if len(ordered) != len(ContextVar._cache): ordered = ContextVar._ordered = sorted(ContextVar._cache.items())
+    blocks = getattr(_block_values, "flags", None)
+    if not blocks: return {name: var.process_value for name, var in ordered}
+    return {name: blocks[name] if name in blocks else var.process_value for name, var in ordered}
 
 
 class Context:

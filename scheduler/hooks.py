@@ -21,8 +21,13 @@ def capture_point(kind: str, *inputs: Any, **meta: Any):
   """Context manager around one captured call:
   `with capture_point("schedule", sink) as cap: ...; cap.set_output(out)`."""
   if not CAPTURE_PROCESS_REPLAY: return _NO_CAPTURE
-  from replay.capture import CapturePoint
-  return CapturePoint(kind, inputs, meta)
+  if not _POINT:
+    from replay.capture import CapturePoint
+    _POINT.append(CapturePoint)
+  return _POINT[0](kind, inputs, meta)
+
+
+_POINT: list = []   # the harness's capture point, imported on first use (an import statement costs a microsecond a call)
 
 
 def origin(start: Any = None) -> Any:
