@@ -444,8 +444,8 @@ class CapturePoint:
   """One captured call: `with CapturePoint(kind, inputs, meta) as cap: ...; cap.set_output(out)`."""
 
   # slots: a training step takes hundreds of captures (one per kernel rendered), each of which sets a dozen of these
-  __slots__ = ("kind", "meta", "output", "has_output", "shared", "roles", "contract", "flags", "input_sha", "input_data",
-               "location", "name", "enclosing_location")
+  __slots__ = ("kind", "meta", "output", "has_output", "shared", "roles", "contract", "flags", "input_sha",
+               "input_data", "location", "name", "enclosing_location")
 
   def __init__(self, kind: str, inputs: tuple, meta: dict):
     self.kind, self.meta = kind, {k: (v() if callable(v) else v) for k, v in meta.items()} if meta else {}

@@ -27,7 +27,7 @@ def capture_point(kind: str, *inputs: Any, **meta: Any):
   return _POINT[0](kind, inputs, meta)
 
 
-_POINT: list = []   # the harness's capture point, imported on first use (an import statement costs a microsecond a call)
+_POINT: list = []   # the harness's capture point, imported on first use (an import statement costs a microsecond)
 
 
 def origin(start: Any = None) -> Any:
