@@ -7,7 +7,7 @@ call has returned. The journal is folded into the database a second later (by th
 takes it; by a timer when the program stopped capturing), and at exit.
 """
 from __future__ import annotations
-import atexit, contextlib, hashlib, json, os, platform, sys, threading, time, weakref
+import atexit, hashlib, json, os, platform, sys, threading, time, weakref
 from typing import Any, Optional
 import numpy as np
 from db import Store, journal
