@@ -25,6 +25,7 @@ MAGIC, JSON_MAGIC = b"RPJ2", b"RPJ1"
 FIELDS = ("run_id", "kind", "key", "name", "location", "time", "input_sha", "output_sha", "flags", "meta")
 _HEAD = struct.Struct("<4sII")   # magic, body length, crc32 of the body
 _HEADER_LENGTH = struct.Struct("<I")
+_NO_ROLE = ("", "")   # how a blob without a role is written in an RPJ2 header
 FOLD_AFTER_SECONDS = 1.0          # how long a capture may wait in the journal while its process runs
 FOLD_AT_BYTES = 64 * 1024 * 1024  # a segment this large is folded at once
 
@@ -68,13 +69,16 @@ class Record:
     is not text where FIELDS has text, or holds a NUL)."""
     fields = self.fields
     if tuple(fields) != FIELDS: return None
-    run_id, kind, key, name, location, when, *rest = fields.values()
+    strings = list(fields.values())
+    run_id, when = strings[0], strings[5]
     if type(run_id) is not int or type(when) is not float: return None
-    strings = [str(run_id), kind, key, name, location, repr(when), *rest, str(len(self.shared)), *self.shared]
+    strings[0], strings[5] = str(run_id), repr(when)
+    strings.append(str(len(self.shared)))
+    strings += self.shared
     for sha, data, role in self.blobs:
-      if role is None: role = ("", "")
-      elif len(role) != 2 or role == ("", ""): return None
-      strings += (sha, "-1" if data is None else str(len(data)), *role)
+      if role is None: role = _NO_ROLE
+      elif len(role) != 2 or role == _NO_ROLE: return None
+      strings += (sha, "-1" if data is None else str(len(data)), role[0], role[1])
     try: text = "\0".join(strings)
     except TypeError: return None
     if text.count("\0") != len(strings) - 1: return None

@@ -110,9 +110,9 @@ class _Sink:
                 "input_sha": input_sha, "output_sha": output_sha, "flags": flags,
                 "meta": json.dumps(meta) if meta else "{}"}
       # the order add_capture stores them in: parts first, then the payloads
-      blobs = [*((sha, data, roles.get(sha)) for sha, data in shared.items()),
-               (input_sha, input_data, roles.get(input_sha, (kind, "input"))),   # a schedule's input is its graph part
-               (output_sha, output_data, (kind, "output"))]
+      blobs = [(sha, data, roles.get(sha)) for sha, data in shared.items()]
+      blobs += ((input_sha, input_data, roles.get(input_sha, (kind, "input"))),   # a schedule's input is its graph
+                (output_sha, output_data, (kind, "output")))
       try: size = self.journal.append(fields, blobs, list(shared))
       except journal.JournalError: size = None
       if size is not None:
