@@ -54,6 +54,7 @@ class _Sink:
   database (`db/journal.py`); everything is reopened after a fork."""
   def __init__(self):
     self.pid: Optional[int] = None
+    self.ready: Optional[int] = None   # the process whose run is set up (pid is set first, when setting it up begins)
     self.run_id: Optional[int] = None
     self.lock = threading.Lock()
     self.local = threading.local()
@@ -69,6 +70,9 @@ class _Sink:
     self.new_parts: list[tuple[str, str]] = []
 
   def get(self) -> tuple[Store, int]:
+    # once this process's run is set up, every capture asks: answered without the lock
+    if self.ready == os.getpid() and (store := getattr(self.local, "store", None)) is not None:
+      return store, self.run_id
     with self.lock:
       if self.pid != os.getpid():   # a new process (or the first capture): a new run, new connections
         self.pid, self.local = os.getpid(), threading.local()
@@ -85,6 +89,7 @@ class _Sink:
         atexit.register(self._at_exit, os.getpid(), store, None if env_run else self.run_id)
         # the defaults of the compiler this process imported (the process that made the run may have imported another)
         store.set_run_flag_defaults(self.run_id, flag_defaults_json())
+        self.ready = os.getpid()
     assert self.run_id is not None
     return self._thread_store(), self.run_id
 
