@@ -2,6 +2,10 @@
 reference to a blob of their own (large arrays, stored once for every capture that holds the same contents: the
 training data of every step, the weights one step writes and the next reads).
 
+Inline arrays and fill values are their raw bytes with the dtype's name: pickling a numpy array costs five times as
+much (an exec capture holds one entry per buffer it reads or writes), and a payload then holds no numpy object at all.
+Payloads captured before hold numpy arrays there, and still decode.
+
 `encode` is called while capturing (`replay/capture.py`), `decode` wherever a payload is read (the replay
 workers, `--rerun`, `replay show`). The blobs a payload refers to are kept per capture by `db/` (`capture_blobs`).
 """
@@ -27,9 +31,10 @@ def encode(data: np.ndarray, shared: dict[str, bytes]) -> Any:
   # hashing it)
   if flat.size > 1 and flat[:1].tobytes() == flat[1:2].tobytes():
     rows = flat.view(np.uint8).reshape(flat.size, flat.dtype.itemsize)
-    if (rows == rows[0]).all():
-      return {"fill": flat[:1].copy(), "size": int(flat.size), "shape": shape}   # bitwise: NaN, -0.0 kept
-  if flat.nbytes < SHARED_BYTES: return data
+    if (rows == rows[0]).all():   # bitwise: NaN, -0.0 kept
+      return {"fill": flat[:1].tobytes(), "dtype": flat.dtype.str, "size": int(flat.size), "shape": shape}
+  if flat.nbytes < SHARED_BYTES:
+    return {"raw": flat.tobytes(), "dtype": flat.dtype.str, "size": int(flat.size), "shape": shape}
   raw = flat.tobytes()
   sha = hashlib.sha256(raw).hexdigest()
   shared[sha] = raw
@@ -47,16 +52,16 @@ def decode(entry: Any, shared: Optional[dict[str, bytes]] = None, size: Optional
     raise BufferEntryError(f"buffer entry says {count!r} elements" + (f" for a buffer of {size}" if size is not None
                                                                       else ""))
   if "fill" in entry:
-    fill = np.asarray(entry["fill"]).reshape(-1)
+    fill = entry["fill"]
+    if isinstance(fill, bytes): fill = _from_raw(fill, 1, entry, "a constant-fill entry")
+    fill = np.asarray(fill).reshape(-1)
     if fill.size != 1: raise BufferEntryError("a constant-fill entry holds more than one value")
     flat = np.full(count, fill[0], dtype=fill.dtype)
+  elif isinstance(entry.get("raw"), bytes): flat = _from_raw(entry["raw"], count, entry, "an inline buffer entry")
   elif isinstance(entry.get("blob"), str):
     raw = (shared or {}).get(entry["blob"])
     if raw is None: raise BufferEntryError(f"buffer blob {entry['blob'][:12]} is not in the database")
-    dtype = serialize.plain_dtype(entry.get("dtype"))
-    if len(raw) != count * dtype.itemsize:
-      raise BufferEntryError(f"buffer blob {entry['blob'][:12]} does not hold {count} {dtype} values")
-    flat = np.frombuffer(raw, dtype=dtype)
+    flat = _from_raw(raw, count, entry, f"buffer blob {entry['blob'][:12]}")
   else: raise BufferEntryError(f"unknown buffer entry with keys {sorted(map(str, entry))}")
   if size is not None: return flat
   shape = entry.get("shape")
@@ -64,6 +69,13 @@ def decode(entry: Any, shared: Optional[dict[str, bytes]] = None, size: Optional
           and all(isinstance(d, int) and d >= 0 for d in shape)) or int(np.prod(shape)) != count:
     raise BufferEntryError(f"buffer entry has shape {shape!r} for {count} elements")
   return flat.reshape(tuple(shape))
+
+
+def _from_raw(raw: bytes, count: int, entry: dict, what: str) -> np.ndarray:
+  """`count` values of the entry's dtype from their bytes (read-only: they are the payload's)."""
+  dtype = serialize.plain_dtype(entry.get("dtype"))
+  if len(raw) != count * dtype.itemsize: raise BufferEntryError(f"{what} does not hold {count} {dtype} values")
+  return np.frombuffer(raw, dtype=dtype)
 
 
 def decode_outputs(payload: dict, shared: Optional[dict[str, bytes]] = None) -> dict:

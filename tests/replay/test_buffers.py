@@ -24,11 +24,19 @@ def test_every_form_gives_back_the_same_bits(array):
 def test_fills_are_one_value_and_large_arrays_are_blobs_shared_by_content():
   shared = {}
   fill = buffers.encode(np.full((512, 512), 1.5, np.float32), shared)
-  assert fill["size"] == 512 * 512 and np.asarray(fill["fill"]).size == 1 and not shared
+  assert fill["size"] == 512 * 512 and fill["fill"] == np.float32(1.5).tobytes() and not shared
   data = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
   first, again = buffers.encode(data, shared), buffers.encode(data.copy(), shared)
   assert first["blob"] == again["blob"] and len(shared) == 1
-  assert isinstance(buffers.encode(np.arange(8, dtype=np.float32), shared), np.ndarray)   # small: inline
+  small = buffers.encode(np.arange(8, dtype=np.float32), shared)   # inline, as its bytes: no numpy object to pickle
+  assert small == {"raw": np.arange(8, dtype=np.float32).tobytes(), "dtype": "<f4", "size": 8, "shape": (8,)}
+  assert len(shared) == 1
+
+
+def test_entries_captured_with_numpy_arrays_inline_still_decode():
+  assert buffers.decode(np.arange(6, dtype=np.int32).reshape(2, 3)).tolist() == [[0, 1, 2], [3, 4, 5]]
+  old_fill = {"fill": np.full(1, -0.0, np.float64), "size": 3, "shape": (3,)}
+  assert buffers.decode(old_fill, {}, 3).tobytes() == np.full(3, -0.0).tobytes()
 
 
 @pytest.mark.parametrize("entry,shared,size,message", [
@@ -37,6 +45,8 @@ def test_fills_are_one_value_and_large_arrays_are_blobs_shared_by_content():
   ({"fill": np.zeros(1, np.float32), "size": 4, "shape": (4,)}, {}, 5, "for a buffer of 5"),
   ({"fill": np.zeros(2, np.float32), "size": 4, "shape": (4,)}, {}, 4, "more than one value"),
   ({"what": 1, "size": 4}, {}, 4, "unknown buffer entry"),
+  ({"raw": b"\0" * 12, "dtype": "<f4", "size": 4, "shape": (4,)}, {}, 4, "inline buffer entry does not hold 4"),
+  ({"fill": b"\0" * 3, "dtype": "<f4", "size": 4, "shape": (4,)}, {}, 4, "constant-fill entry does not hold 1"),
   ({"fill": np.zeros(1, np.float32), "size": 4, "shape": (3,)}, {}, None, "shape"),
 ])
 def test_bad_entries_are_clear_errors(entry, shared, size, message):
@@ -47,6 +57,9 @@ def test_a_blob_entry_with_an_object_dtype_is_refused():
   from replay.serialize import UnsafePickleError
   with pytest.raises(UnsafePickleError):
     buffers.decode({"blob": "a", "dtype": "|O", "size": 1, "shape": (1,)}, {"a": b"\0" * 8}, 1)
+  for entry in ({"raw": b"\0" * 8, "dtype": "|O", "size": 1, "shape": (1,)},
+                {"fill": b"\0" * 8, "dtype": "|O", "size": 1, "shape": (1,)}):
+    with pytest.raises(UnsafePickleError): buffers.decode(entry, {}, 1)
 
 
 def test_shared_blobs_are_stored_once_and_pruning_keeps_them_while_referred_to(tmp_path):
