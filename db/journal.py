@@ -44,11 +44,27 @@ def available(db_path: str) -> bool:
 
 class Record:
   """One capture as the journal holds it: the captures row, and its blobs as (sha256, bytes or None when the database
-  or an earlier record holds them, role for delta compression)."""
-  __slots__ = ("fields", "blobs", "shared")
+  or an earlier record holds them, role for delta compression). Its fields are a dict, or a tuple in FIELDS order
+  (`row`: what a capture writes and a fold inserts, without a dict in between)."""
+  __slots__ = ("_fields", "_row", "blobs", "shared")
 
-  def __init__(self, fields: dict, blobs: list[tuple[str, Optional[bytes], Optional[tuple]]], shared: list[str]):
-    self.fields, self.blobs, self.shared = fields, blobs, shared
+  def __init__(self, fields: Optional[dict], blobs: list[tuple[str, Optional[bytes], Optional[tuple]]],
+               shared: list[str], row: Optional[tuple] = None):
+    if (fields is None) == (row is None): raise TypeError("a record has fields or a row, one of them")
+    self._fields, self._row, self.blobs, self.shared = fields, row, blobs, shared
+
+  @property
+  def fields(self) -> dict:
+    """The fields by name (made from the row once asked for; the dict is the record's from then on)."""
+    if self._fields is None: self._fields, self._row = dict(zip(FIELDS, self._row)), None
+    return self._fields
+
+  @property
+  def row(self) -> Optional[tuple]:
+    """The fields in FIELDS order, None when they are not exactly those."""
+    if self._row is not None: return self._row
+    fields = self._fields
+    return tuple(fields.values()) if tuple(fields) == FIELDS else None
 
   def encode(self) -> bytes:
     header = self._joined_header()
@@ -67,14 +83,11 @@ class Record:
     """The RPJ2 header: the fields in FIELDS order, the shared blobs' count and shas, then per blob its sha, size (-1:
     left out) and role (two strings, both empty for none); None when the record does not fit that form (a field that
     is not text where FIELDS has text, or holds a NUL)."""
-    fields = self.fields
-    if tuple(fields) != FIELDS: return None
-    strings = list(fields.values())
-    run_id, when = strings[0], strings[5]
+    row = self.row
+    if row is None: return None
+    run_id, when = row[0], row[5]
     if type(run_id) is not int or type(when) is not float: return None
-    strings[0], strings[5] = str(run_id), repr(when)
-    strings.append(str(len(self.shared)))
-    strings += self.shared
+    strings = [str(run_id), *row[1:5], repr(when), *row[6:], str(len(self.shared)), *self.shared]
     for sha, data, role in self.blobs:
       if role is None: role = _NO_ROLE
       elif len(role) != 2 or role == _NO_ROLE: return None
@@ -89,7 +102,8 @@ class Record:
     (length,) = _HEADER_LENGTH.unpack_from(body)
     raw_header = body[_HEADER_LENGTH.size:_HEADER_LENGTH.size + length]
     if len(raw_header) != length: raise ValueError("a header runs past its record")
-    if magic == MAGIC: fields, shared, described = _split_header(raw_header)
+    fields, row = None, None
+    if magic == MAGIC: row, shared, described = _split_header(raw_header)
     else: fields, shared, described = _json_header(raw_header)
     pos, blobs = _HEADER_LENGTH.size + length, []
     for sha, size, role in described:
@@ -97,10 +111,10 @@ class Record:
       if data is not None and len(data) != size: raise ValueError("a blob runs past its record")
       pos += max(size, 0)
       blobs.append((sha, data, role))
-    return Record(fields, blobs, shared)
+    return Record(fields, blobs, shared, row)
 
 
-def _split_header(raw: bytes) -> tuple[dict, list[str], list[tuple]]:
+def _split_header(raw: bytes) -> tuple[tuple, list[str], list[tuple]]:
   strings = raw.decode("utf-8", "surrogatepass").split("\0")
   if len(strings) <= len(FIELDS): raise ValueError("a header lacks fields")
   values: list = strings[:len(FIELDS)]
@@ -111,7 +125,7 @@ def _split_header(raw: bytes) -> tuple[dict, list[str], list[tuple]]:
   if count < 0 or len(shared) != count or len(rest) % 4: raise ValueError("a header's blob list is cut short")
   described = [(rest[i], int(rest[i + 1]), (rest[i + 2], rest[i + 3]) if rest[i + 2] or rest[i + 3] else None)
                for i in range(0, len(rest), 4)]
-  return dict(zip(FIELDS, values)), shared, described
+  return tuple(values), shared, described
 
 
 def _json_header(raw: bytes) -> tuple[dict, list[str], list[tuple]]:
@@ -171,8 +185,9 @@ class Journal:
       raise
     self.fd, self.path, self.bytes = fd, base + ".open", 0
 
-  def append(self, fields: dict, blobs: list[tuple[str, bytes, Optional[tuple]]], shared: list[str]) -> int:
-    """Write one capture (blobs the database or this journal holds go without their bytes); the segment's size."""
+  def append(self, fields: dict | tuple, blobs: list[tuple[str, bytes, Optional[tuple]]], shared: list[str]) -> int:
+    """Write one capture, its fields by name or in FIELDS order (blobs the database or this journal holds go without
+    their bytes); the segment's size."""
     with self.lock:
       if os.getpid() != self.pid: raise JournalError("a journal is written by the process that made it")
       kept, new, written, known = [], [], self.written, self.known_blobs
@@ -181,7 +196,7 @@ class Journal:
         else:
           kept.append((sha, data, role))
           new.append(sha)
-      entry = Record(fields, kept, shared)
+      entry = Record(None, kept, shared, fields) if type(fields) is tuple else Record(fields, kept, shared)
       record = entry.encode()
       try:
         if self.fd is None: self._open_segment()

@@ -657,7 +657,8 @@ class Store:
         rows, links, payloads = [], [], []
         next_id = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM captures").fetchone()[0]
         for record in records:
-          row = tuple(record.fields.get(f) for f in self.JOURNAL_FIELDS)
+          row = record.row
+          if row is None: row = tuple(record.fields.get(f) for f in self.JOURNAL_FIELDS)
           if recovering and self.conn.execute("SELECT 1 FROM captures WHERE run_id = ? AND kind = ? AND key = ? AND "
                                               "time = ?", (row[0], row[1], row[2], row[5])).fetchone():
             continue

@@ -111,9 +111,9 @@ class _Sink:
     when its folder cannot be written)."""
     if self.journal is not None:
       output_sha = hashlib.sha256(output_data).hexdigest()
-      fields = {"run_id": run_id, "kind": kind, "key": key, "name": name, "location": location, "time": time.time(),
-                "input_sha": input_sha, "output_sha": output_sha, "flags": flags,
-                "meta": json.dumps(meta) if meta else "{}"}
+      # the captures row in the journal's field order (`journal.FIELDS`)
+      fields = (run_id, kind, key, name, location, time.time(), input_sha, output_sha, flags,
+                json.dumps(meta) if meta else "{}")
       # the order add_capture stores them in: parts first, then the payloads
       blobs = [(sha, data, roles.get(sha)) for sha, data in shared.items()]
       blobs += ((input_sha, input_data, roles.get(input_sha, (kind, "input"))),   # a schedule's input is its graph
@@ -430,16 +430,30 @@ def _schedule_output(asts: list, var_vals: dict) -> tuple[dict[str, bytes], str,
   return hit
 
 
+# flag values -> (their JSON, the compiler's flags' JSON), and the last flags tuple looked up with its answer: a
+# compiler whose contract hands the same tuple over while no flag changes (`flag_items`) is answered by identity, not by
+# hashing forty pairs at every capture
 _flags_json: dict[tuple, tuple[str, str]] = {}
+_last_flags = threading.local()
 
 
-def flags_json(flags: dict[str, int]) -> tuple[str, str]:
-  """The flags as JSON, all of them and the compiler's only (the capture's key), once per set of values."""
-  key = tuple(flags.items())
-  if (hit := _flags_json.get(key)) is None:
-    compiler = {k: v for k, v in flags.items() if k not in NON_COMPILER_FLAGS}
-    hit = _flags_json[key] = (json.dumps(flags, sort_keys=True), json.dumps(compiler, sort_keys=True))
-  return hit
+def flag_items(contract) -> tuple:
+  """The flags now as (name, value) pairs sorted by name: the contract's own cached tuple where it has one."""
+  items = getattr(contract, "flag_items", None)
+  return items() if items is not None else tuple(sorted(contract.flag_values().items()))
+
+
+def flags_json(flags: tuple) -> tuple[str, str]:
+  """The flags (`flag_items`) as JSON, all of them and the compiler's only (the capture's key), once per set of
+  values."""
+  last = getattr(_last_flags, "hit", None)
+  if last is not None and last[0] is flags: return last[1]
+  if (found := _flags_json.get(flags)) is None:
+    values = dict(flags)
+    compiler = {k: v for k, v in values.items() if k not in NON_COMPILER_FLAGS}
+    found = _flags_json[flags] = (json.dumps(values, sort_keys=True), json.dumps(compiler, sort_keys=True))
+  _last_flags.hit = (flags, found)
+  return found
 
 
 _enclosing = threading.local()   # per thread, the location of the captured call running now
@@ -457,7 +471,7 @@ class CapturePoint:
     self.output: Any = None
     self.has_output = False
     self.contract = contract = _contracts[0] if _contracts else _contract()
-    self.flags = contract.flag_values()
+    self.flags = flag_items(contract)
     # `shared`: blobs of their own the payloads refer to, by sha256 (parts: a graph, kernel ASTs; an exec's input
     # buffers), and `roles`: the role of each for the store's delta compression
     if kind == "kernel":

@@ -92,6 +92,11 @@ def flag_values() -> dict[str, int]:
   return ContextVar.snapshot()
 
 
+def flag_items() -> tuple[tuple[str, int], ...]:
+  """`flag_values` as (name, value) pairs sorted by name, the same tuple object until a flag changes."""
+  return ContextVar.frozen()
+
+
 def flags_applied(flags: dict[str, int]):
   """A context manager that sets the flags this revision knows for a block (unknown names are skipped: a flag the
   capturing revision had and this one has not)."""

@@ -22,6 +22,10 @@ def getenv(key: str, default: Any = 0) -> Any:
 # the flag values `Context` blocks set, per thread: a block in one thread (the capture's read-back turning capture
 # off, a replay applying captured flags) must not change what another thread's code sees at the same moment
 _block_values = threading.local()
+# a new token at every change to any flag (a new flag, a process value, a block entered or left in any thread): a
+# thread's cached `ContextVar.frozen` is current while the token it was taken under is (a new object, not a count:
+# two threads counting at once could both write the same number)
+_changes = [object()]
 
 
 class ContextVar:
@@ -37,6 +41,7 @@ class ContextVar:
     self.key, self.default = key, default_value
     self.process_value: int = getenv(key, default_value)
     ContextVar._cache[key] = self
+    _changes[0] = object()
 
   @property
   def value(self) -> int:
@@ -44,7 +49,9 @@ class ContextVar:
     return blocks[self.key] if blocks and self.key in blocks else self.process_value
 
   @value.setter
-  def value(self, new: int) -> None: self.process_value = new
+  def value(self, new: int) -> None:
+    self.process_value = new
+    _changes[0] = object()
 
   def __int__(self) -> int: return int(self.value)
   def __index__(self) -> int: return int(self.value)
@@ -67,6 +74,17 @@ class ContextVar:
     if not blocks: return {name: var.process_value for name, var in ordered}
     return {name: blocks[name] if name in blocks else var.process_value for name, var in ordered}
 
+  @staticmethod
+  def frozen() -> tuple[tuple[str, int], ...]:
+    """`snapshot` as (name, value) pairs, the same tuple object until a flag changes (a capture, taken hundreds of
+    times a second, looks up what it derives from the flags by this object instead of rebuilding them)."""
+    token = _changes[0]   # read first: a change made while the pairs are built makes them stale at once
+    kept = getattr(_block_values, "frozen", None)
+    if kept is not None and kept[0] is token: return kept[1]
+    pairs = tuple(ContextVar.snapshot().items())
+    _block_values.frozen = (token, pairs)
+    return pairs
+
 
 class Context:
   """Set flags for a block, in the thread that runs it; the previous values come back on exit, also when the block
@@ -82,6 +100,7 @@ class Context:
     if blocks is None: blocks = _block_values.flags = {}
     self.saved = {name: blocks.get(name, Context._UNSET) for name in self.flags}
     blocks.update(self.flags)
+    _changes[0] = object()
     return self
 
   def __exit__(self, *exc) -> bool:
@@ -89,6 +108,7 @@ class Context:
     for name, value in self.saved.items():
       if value is Context._UNSET: blocks.pop(name, None)
       else: blocks[name] = value
+    _changes[0] = object()
     return False
 
 

@@ -24,6 +24,18 @@ def test_records_read_back_up_to_a_write_a_kill_cut_short():
   assert back.blobs[0][1:] == (b"x" * 1000, ("kernel", "input")) and back.blobs[1][1:] == (b"output", None)
 
 
+def test_a_record_made_from_a_row_is_the_record_made_from_its_fields():
+  by_name = _record(3, 2)
+  by_row = journal.Record(None, by_name.blobs, [], tuple(by_name.fields[f] for f in journal.FIELDS))
+  assert by_row.encode() == by_name.encode() and by_row.row == by_name.row
+  (back,) = journal.records(by_row.encode())
+  assert back.row == by_row.row and back.fields == by_name.fields
+  # asked for by name, the fields become the record's dict: a change to it is what the record holds from then on
+  back.fields["name"] = "renamed"
+  assert back.row[journal.FIELDS.index("name")] == "renamed"
+  assert journal.Record({"kind": "kernel"}, [], []).row is None   # not the full set of fields: written as JSON
+
+
 def _as_json_record(record: journal.Record) -> bytes:
   """The record as a process of the previous version wrote it (RPJ1: a JSON header)."""
   described = [[sha, -1 if data is None else len(data), role] for sha, data, role in record.blobs]
