@@ -314,24 +314,28 @@ def location() -> str:
   return f"{region} @ {where}" if region else where
 
 
-# id of a code object -> (the code, the name to show for its file or None inside the compiler or harness): keyed by
-# id because hashing a code object hashes its bytecode and constants, on every lookup (the entry holds the code, so its
-# id is not reused while the entry lives)
+# id of a code object -> (the code, the name to show for its file or None inside the compiler or harness, and for a
+# code outside them its lines by instruction offset): keyed by id because hashing a code object hashes its bytecode and
+# constants, on every lookup (the entry holds the code, so its id is not reused while the entry lives)
 _frame_names: dict[int, tuple] = {}
 
 
 def code_frame(start=None) -> Optional[tuple[str, int, str]]:
   """(file, line, function) of the innermost frame outside the compiler and the harness, from frame `start` outwards
-  (default: the caller's); each code object is looked up once: tensors are made by the thousand, from the same few
-  places."""
+  (default: the caller's); each code object is looked up once, and each place in it: tensors are made by the thousand,
+  from the same few places (a frame's line number is found by reading its function's line table from the start, which
+  in a long function costs more than the rest of the walk)."""
   frame, names = start if start is not None else sys._getframe(1), _frame_names
   while frame is not None:
     code = frame.f_code
     entry = names.get(id(code))
     if entry is None:
       if len(names) > 100_000: names.clear()   # programs that make code objects at run time
-      entry = names[id(code)] = (code, _outside_name(code.co_filename))
-    if entry[1] is not None: return entry[1], frame.f_lineno, code.co_name
+      entry = names[id(code)] = (code, _outside_name(code.co_filename), {})
+    if entry[1] is not None:
+      lines, offset = entry[2], frame.f_lasti
+      if (line := lines.get(offset)) is None: line = lines[offset] = frame.f_lineno
+      return entry[1], line, code.co_name
     frame = frame.f_back
   return None
 

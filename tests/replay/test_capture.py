@@ -424,6 +424,23 @@ def test_tensors_a_public_call_makes_share_where_the_program_called_it(replay_db
   with Context(CAPTURE_PROCESS_REPLAY=0): assert Tensor.ones(2)._origin is None
 
 
+def test_tensor_origins_name_each_place_of_a_long_function_and_of_a_loop(replay_db):
+  from scheduler import Tensor
+  from scheduler.helpers import Context
+  # a long program function (places in it are remembered by instruction offset: reading its line table for each
+  # tensor would cost a walk through the whole table), with tensors made in a loop and after it
+  body = "".join(f"  v{i} = {i}\n" for i in range(300))
+  source = ("def program(Tensor):\n  made = []\n" + body + "  for i in range(3):\n    made.append(Tensor.ones(2) + i)\n"
+            + body + "  made.append(Tensor.zeros(3))\n  return made\n")
+  code = compile(source, os.path.join(os.getcwd(), "long_prog.py"), "exec")
+  namespace: dict = {}
+  exec(code, namespace)
+  with Context(CAPTURE_PROCESS_REPLAY=1): made = namespace["program"](Tensor)
+  in_loop = 2 + 300 + 2   # `def`, `made = []`, the body, then the loop's first line and the line inside it
+  assert [t._origin for t in made] == [("long_prog.py", in_loop, "program")] * 3 + \
+    [("long_prog.py", in_loop + 300 + 1, "program")]
+
+
 def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path):
   from replay.capture import git_state
   git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
