@@ -14,7 +14,7 @@ A record whose write a kill cut short fails its checksum and ends the segment: t
 """
 from __future__ import annotations
 import json, os, struct, threading, zlib
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 try: import fcntl
 except ImportError: fcntl = None   # no advisory locks (Windows): captures are committed one by one instead
 
@@ -185,14 +185,16 @@ class Journal:
       raise
     self.fd, self.path, self.bytes = fd, base + ".open", 0
 
-  def append(self, fields: dict | tuple, blobs: list[tuple[str, bytes, Optional[tuple]]], shared: list[str]) -> int:
-    """Write one capture, its fields by name or in FIELDS order (blobs the database or this journal holds go without
-    their bytes); the segment's size."""
+  def append(self, fields: dict | tuple, blobs: list[tuple[str, bytes, Optional[tuple]]], shared: list[str],
+             holds: Optional[Callable[[str], bool]] = None) -> int:
+    """Write one capture, its fields by name or in FIELDS order (blobs this journal or the database holds go without
+    their bytes: `holds(sha)` says whether the database does, else the known blobs); the segment's size."""
     with self.lock:
       if os.getpid() != self.pid: raise JournalError("a journal is written by the process that made it")
-      kept, new, written, known = [], [], self.written, self.known_blobs
+      kept, new, written = [], [], self.written
+      holds = holds or self.known_blobs.__contains__
       for sha, data, role in blobs:
-        if data is None or sha in written or sha in known or sha in new: kept.append((sha, None, role))
+        if data is None or sha in written or sha in new or holds(sha): kept.append((sha, None, role))
         else:
           kept.append((sha, data, role))
           new.append(sha)

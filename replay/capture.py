@@ -66,6 +66,8 @@ class _Sink:
     self.git: Optional[GitQuery] = None   # the git process asked for the run's state, not written yet
     # the database's index of part pickles (node key -> blob) for the code this process runs, and what it adds
     self.code = ""
+    self.command: Optional[str] = None   # this process's command line as a run row holds it
+    self.joined: Optional[int] = None    # the run this process joined (REPLAY_RUN_ID), made by another process
     self.part_shas: dict[str, str] = {}
     self.new_parts: list[tuple[str, str]] = []
 
@@ -77,16 +79,19 @@ class _Sink:
       if self.pid != os.getpid():   # a new process (or the first capture): a new run, new connections
         self.pid, self.local = os.getpid(), threading.local()
         self.fold_store, self.fold_lock, self.timer, self.pending_since = None, threading.Lock(), None, None
+        env_run = os.getenv("REPLAY_RUN_ID")
+        # the command whose last run's blobs a large database preloads: this process's, or that of the run it joins
+        self.command, self.joined = json.dumps(this_command()), int(env_run) if env_run else None
         store = self._thread_store()
         self.journal = journal.Journal(store.path, store.known_blobs) if journal.available(store.path) else None
         self.code, self.new_parts = _source_stamp(), []
         self.part_shas = store.part_index(self.code) if self.code else {}
-        env_run = os.getenv("REPLAY_RUN_ID")
-        self.run_id = int(env_run) if env_run else store.add_run(**run_info(with_git=False))
+        self.run_id = self.joined if self.joined is not None else \
+          store.add_run(**run_info(with_git=False, argv_json=self.command))
         # git takes a few milliseconds in a process of its own: the program goes on meanwhile, and a fold (or the exit)
         # writes what it found
-        self.git = GitQuery() if not env_run else None
-        atexit.register(self._at_exit, os.getpid(), store, None if env_run else self.run_id)
+        self.git = GitQuery() if self.joined is None else None
+        atexit.register(self._at_exit, os.getpid(), store, None if self.joined is not None else self.run_id)
         # the defaults of the compiler this process imported (the process that made the run may have imported another)
         store.set_run_flag_defaults(self.run_id, flag_defaults_json())
         self.ready = os.getpid()
@@ -98,7 +103,9 @@ class _Sink:
     if store is None:
       store = self.local.store = Store()
       store.defer_checkpoints()
-      store.preload_blob_shas()
+      # a process of a run another process made: the blobs of that run's command
+      command = self.command if self.joined is None else store.run_argv(self.joined)
+      store.preload_blob_shas(command, besides=self.joined)
     return store
 
   @property
@@ -118,7 +125,7 @@ class _Sink:
       blobs = [(sha, data, roles.get(sha)) for sha, data in shared.items()]
       blobs += ((input_sha, input_data, roles.get(input_sha, (kind, "input"))),   # a schedule's input is its graph
                 (output_sha, output_data, (kind, "output")))
-      try: size = self.journal.append(fields, blobs, list(shared))
+      try: size = self.journal.append(fields, blobs, list(shared), store.holds_blob)
       except journal.JournalError: size = None
       if size is not None:
         now = time.monotonic()
@@ -162,7 +169,7 @@ class _Sink:
     try: store, _ = self.get()
     except Exception: return None
     sha = self.part_shas.get(node_key)
-    return sha if sha is not None and sha in store.known_blobs else None
+    return sha if sha is not None and store.holds_blob(sha) else None
 
   def _save_part_index(self, store: Store) -> None:
     if not self.new_parts: return
@@ -236,9 +243,10 @@ def this_command() -> list[str]:
   return [sys.executable, *argv[1:]]
 
 
-def run_info(argv: Optional[list[str]] = None, with_git: bool = True) -> dict:
+def run_info(argv: Optional[list[str]] = None, with_git: bool = True, argv_json: Optional[str] = None) -> dict:
   commit, dirty = git_state() if with_git else (None, None)
-  return {"git_commit": commit, "git_dirty": dirty, "argv": json.dumps(argv if argv is not None else this_command()),
+  if argv_json is None: argv_json = json.dumps(argv if argv is not None else this_command())
+  return {"git_commit": commit, "git_dirty": dirty, "argv": argv_json,
           "python": platform.python_version(), "numpy": np.__version__, "host": platform.node(),
           "flags": json.dumps(_flags_now(), sort_keys=True), "cwd": os.getcwd(), "env": json.dumps(rerun_env())}
 

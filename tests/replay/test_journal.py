@@ -187,3 +187,33 @@ def test_records_kept_for_a_segment_another_process_folded_first_are_let_go(tmp_
   assert journal._written_here
   journal.fold_pending(store)
   assert journal._written_here == {}
+
+
+def test_blobs_the_database_holds_go_without_their_bytes_and_are_not_stored_again(tmp_path):
+  db = str(tmp_path / "r.db")
+  store, run, _ = _journal(db, 1)
+  store.capture_counts(run)   # folds: "input 0" and "output" are in the file now
+  large = Store(db)
+  large.preload_blob_shas('["another command"]', limit=0)   # too large to preload whole, no earlier run of the command
+  assert large.known_blobs == set()
+  j = journal.Journal(db, large.known_blobs)
+  record = _record(0, run)
+  j.append(record.fields, record.blobs, [], large.holds_blob)   # the database holds both blobs: asked, not written
+  j.append(_record(1, run).fields, _record(1, run).blobs, [], large.holds_blob)   # "input 1" is new
+  with_bytes = [[sha for sha, data, _ in r.blobs if data is not None] for r in j.records]
+  assert with_bytes == [[], [Store.blob_sha(b"input 1")]]
+  before = store.blob_count()
+  journal.fold_pending(large)
+  assert store.blob_count() == before + 1 and store.capture_counts(run) == {"kernel": 3}
+  # a record that brings the bytes of a blob the file holds has it looked up there, not compressed and stored again
+  unaware = journal.Journal(db, set())   # without `holds`: its known blobs, none here
+  unaware.append(_record(2, run).fields, _record(2, run).blobs, [])
+  assert all(data is not None for _, data, _ in unaware.records[0].blobs)
+  fresh = Store(db)
+  fresh.preload_blob_shas('["another command"]', limit=0)
+  inserted = []
+  real_insert = fresh._insert_blob
+  fresh._insert_blob = lambda sha, *rest: (inserted.append(sha), real_insert(sha, *rest))
+  journal.fold_pending(fresh)
+  assert inserted == [Store.blob_sha(b"input 2")]
+  assert store.blob_count() == before + 2 and store.capture_counts(run) == {"kernel": 4} and store.integrity_ok()

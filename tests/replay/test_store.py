@@ -1,5 +1,5 @@
 """The SQLite store: schema and migrations, content-addressed blobs, clear errors for bad files."""
-import sqlite3
+import json, sqlite3
 import pytest
 from db import Store, StoreError, SCHEMA_VERSION
 
@@ -189,6 +189,32 @@ def test_a_writer_restores_blobs_a_prune_removed_meanwhile(tmp_path):
   writer.add_capture(run, "kernel", "k2", "n", "l", b"shared-in", b"shared-out", {})   # stored again, not lost
   (cap,) = [c for c in writer.captures(run_ids=[run]) if c["key"] == "k2"]
   assert writer.get_blob(cap["input_sha"]) == b"shared-in" and writer.get_blob(cap["output_sha"]) == b"shared-out"
+
+
+def test_a_large_database_preloads_the_blobs_of_the_commands_last_run_and_asks_for_others(tmp_path):
+  s = Store(str(tmp_path / "r.db"))
+  train, other = json.dumps(["python", "train.py"]), json.dumps(["python", "eval.py"])
+  old = s.add_run(argv=train)
+  s.add_capture(old, "kernel", "k0", "n", "l", b"old-in", b"old-out", {})
+  last = s.add_run(argv=train)
+  s.add_capture(last, "kernel", "k1", "n", "l", b"in", b"out", {}, shared_blobs={Store.blob_sha(b"part"): b"part"})
+  elsewhere = s.add_run(argv=other)
+  s.add_capture(elsewhere, "kernel", "k2", "n", "l", b"eval-in", b"eval-out", {})
+  small = Store(s.path)
+  small.preload_blob_shas(train)   # a database this small: every hash
+  assert small.known_blobs == {Store.blob_sha(d) for d in (b"old-in", b"old-out", b"in", b"out", b"part", b"eval-in",
+                                                            b"eval-out")}
+  large = Store(s.path)
+  large.preload_blob_shas(train, limit=0)   # too large to read whole: the blobs of the command's latest run
+  assert large.known_blobs == {Store.blob_sha(d) for d in (b"in", b"out", b"part")}
+  assert large.holds_blob(Store.blob_sha(b"eval-in")) and Store.blob_sha(b"eval-in") in large.known_blobs   # asked
+  assert not large.holds_blob(Store.blob_sha(b"never stored"))
+  joined = Store(s.path)   # a process of run `last` itself preloads the run of its command before that one
+  joined.preload_blob_shas(train, limit=0, besides=last)
+  assert joined.known_blobs == {Store.blob_sha(b"old-in"), Store.blob_sha(b"old-out")}
+  stranger = Store(s.path)
+  stranger.preload_blob_shas(json.dumps(["python", "new.py"]), limit=0)
+  assert stranger.known_blobs == set() and stranger.holds_blob(Store.blob_sha(b"in"))
 
 
 def _payload(step: int) -> bytes:
