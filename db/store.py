@@ -586,11 +586,12 @@ class Store:
     (last,) = self.conn.execute("SELECT max(run_id) FROM captures WHERE run_id IN (SELECT id FROM runs WHERE argv = ? "
                                 "AND id IS NOT ?)", (argv, besides)).fetchone()
     if last is None: return
-    # blobs that captures refer to are in the file (foreign keys), until a prune removes their captures: a capture
-    # whose blob went meanwhile is counted lost, as with any blob this process saw stored
+    # looked up in blobs, not taken from the references: a file written without its foreign keys may refer to a blob it
+    # lacks, and a blob this process takes as held goes into its journal without bytes
     self._known_blobs.update(r[0] for r in self.conn.execute(
-      "SELECT input_sha FROM captures WHERE run_id = ?1 UNION SELECT output_sha FROM captures WHERE run_id = ?1 UNION "
-      "SELECT sha256 FROM capture_blobs WHERE capture_id IN (SELECT id FROM captures WHERE run_id = ?1)", (last,)))
+      "SELECT sha256 FROM blobs WHERE sha256 IN (SELECT input_sha FROM captures WHERE run_id = ?1 UNION SELECT "
+      "output_sha FROM captures WHERE run_id = ?1 UNION SELECT sha256 FROM capture_blobs WHERE capture_id IN "
+      "(SELECT id FROM captures WHERE run_id = ?1))", (last,)))
 
   def holds_blob(self, sha: str) -> bool:
     """Whether the file holds blob `sha`, as far as this connection knows: asked of the file (and remembered) when the
