@@ -48,23 +48,26 @@ def test_corpus_fills_all_kinds_and_a_second_run_adds_no_blob(tmp_path):
 
 
 def test_captures_into_a_database_too_large_to_preload_are_those_of_one_that_is_not(tmp_path):
-  # the same program three times: twice into a database treated as too large to read every blob hash of (the second
-  # run preloads the first one's blobs, asks the file about others), then as usual
+  # the same program three times: twice into a database treated as too large to read every blob hash of (the first
+  # run reads them all anyway, its command never ran; the second preloads the first one's blobs and asks the file
+  # about others), then as usual
   program = """
     import sys
     from db.store import Store
-    Store.PRELOAD_BLOBS = int(sys.argv[1])
+    Store.PRELOAD_BLOBS = Store.PER_CAPTURE_COST = int(sys.argv[1])
     from scheduler import Tensor
     x = Tensor.arange(12).reshape(3, 4).float()
     print(((x * 2).sum(axis=1) + 1).numpy().tolist())
+    import replay.capture
+    print(replay.capture.SINK.store._knows_all)   # whether this process read every blob hash
   """
   db = tmp_path / "r.db"
-  for limit in ("0", "0", "1000000"):
+  for limit, reads_all in (("0", "True"), ("0", "False"), ("1000000", "True")):
     env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(db), "CAPTURE_PROCESS_REPLAY": "1"}
     env.pop("PYTEST_CURRENT_TEST", None)
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(program), limit], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip() == "[13.0, 45.0, 77.0]", proc.stderr
+    assert proc.returncode == 0 and proc.stdout.split() == ["[13.0,", "45.0,", "77.0]", reads_all], proc.stderr
   s = Store(str(db))
   rows = [[(c["kind"], c["key"], c["input_sha"], c["output_sha"]) for c in s.captures(run_ids=[run])]
           for run in sorted({c["run_id"] for c in s.captures()})]

@@ -204,23 +204,33 @@ def test_a_large_database_preloads_the_blobs_of_the_commands_last_run_and_asks_f
   small.preload_blob_shas(train)   # a database this small: every hash
   assert small.known_blobs == {Store.blob_sha(d) for d in (b"old-in", b"old-out", b"in", b"out", b"part", b"eval-in",
                                                             b"eval-out")}
-  large = Store(s.path)
-  large.preload_blob_shas(train, limit=0)   # too large to read whole: the blobs of the command's latest run
+  def large_store() -> Store:   # as if the file were too large to read whole, and the command's runs small beside it
+    store = Store(s.path)
+    store.PRELOAD_BLOBS, store.PER_CAPTURE_COST = 0, 1
+    return store
+  large = large_store()
+  large.preload_blob_shas(train)   # the blobs of the command's latest run
   assert large.known_blobs == {Store.blob_sha(d) for d in (b"in", b"out", b"part")}
   assert large.holds_blob(Store.blob_sha(b"eval-in")) and Store.blob_sha(b"eval-in") in large.known_blobs   # asked
   assert not large.holds_blob(Store.blob_sha(b"never stored"))
-  joined = Store(s.path)   # a process of run `last` itself preloads the run of its command before that one
-  joined.preload_blob_shas(train, limit=0, besides=last)
+  joined = large_store()   # a process of run `last` itself preloads the run of its command before that one
+  joined.preload_blob_shas(train, besides=last)
   assert joined.known_blobs == {Store.blob_sha(b"old-in"), Store.blob_sha(b"old-out")}
-  stranger = Store(s.path)
-  stranger.preload_blob_shas(json.dumps(["python", "new.py"]), limit=0)
-  assert stranger.known_blobs == set() and stranger.holds_blob(Store.blob_sha(b"in"))
+  # a command that never ran, or whose last run is not small beside the table, reads every hash: a process may make as
+  # many captures as the table holds, and asking for each blob costs ten times more
+  stranger = large_store()
+  stranger.preload_blob_shas(json.dumps(["python", "new.py"]))
+  assert stranger.known_blobs == small.known_blobs and not stranger.holds_blob(Store.blob_sha(b"never stored"))
+  big_run = large_store()
+  big_run.PER_CAPTURE_COST = 7
+  big_run.preload_blob_shas(train)
+  assert big_run.known_blobs == small.known_blobs
   # a file written without its foreign keys may refer to a blob it lacks: that blob is not taken as held (a capture
   # would go into the journal without its bytes, and be lost)
   s.conn.execute("PRAGMA foreign_keys = OFF")
   s.conn.execute("UPDATE captures SET output_sha = ? WHERE key = 'k1'", ("0" * 64,))
-  dangling = Store(s.path)
-  dangling.preload_blob_shas(train, limit=0)
+  dangling = large_store()
+  dangling.preload_blob_shas(train)
   assert dangling.known_blobs == {Store.blob_sha(d) for d in (b"in", b"part")} and not dangling.holds_blob("0" * 64)
 
 
