@@ -579,20 +579,24 @@ class Store:
   # reading the blobs one run refers to costs about this many times reading as many hashes of the whole table (measured:
   # 4.7 ms for the 326 captures of a training run, 32 ms for the 4,113 of a corpus run, 15 ms for all 26,000 blobs)
   PER_CAPTURE_COST = 20
+  # never more hashes than this at once (two million take seconds and hundreds of megabytes): the file is asked instead
+  READ_ALL_AT_MOST = 2_000_000
 
   def preload_blob_shas(self, argv: Optional[str] = None, besides: Optional[int] = None) -> None:
     """Remember which blobs the file already holds, so that a repeated capture skips compressing and inserting them:
     every one in a database of up to PRELOAD_BLOBS blobs. In a larger one, when the latest run of the command `argv` (a
     run row's argv; not run `besides`) is small beside it, the blobs that run referred to (`holds_blob` asks the file
-    about the others); else every one again (a command that never ran may make as many captures as the table holds)."""
+    about the others); else every one again (a command that never ran may make as many captures as the table holds),
+    up to READ_ALL_AT_MOST."""
     rows = self.conn.execute("SELECT max(rowid) FROM blobs").fetchone()[0] or 0   # rowids: at least the count
     last = None
     if rows > self.PRELOAD_BLOBS and argv is not None:
       (last,) = self.conn.execute("SELECT max(run_id) FROM captures WHERE run_id IN "
                                   "(SELECT id FROM runs WHERE argv = ? AND id IS NOT ?)", (argv, besides)).fetchone()
     if last is None or self.capture_count(last) * self.PER_CAPTURE_COST >= rows:
-      self._known_blobs.update(r[0] for r in self.conn.execute("SELECT sha256 FROM blobs"))
-      self._knows_all = True
+      if rows <= self.READ_ALL_AT_MOST:
+        self._known_blobs.update(r[0] for r in self.conn.execute("SELECT sha256 FROM blobs"))
+        self._knows_all = True
       return
     # looked up in blobs, not taken from the references: a file written without its foreign keys may refer to a blob it
     # lacks, and a blob this process takes as held goes into its journal without bytes

@@ -225,6 +225,10 @@ def test_a_large_database_preloads_the_blobs_of_the_commands_last_run_and_asks_f
   big_run.PER_CAPTURE_COST = 7
   big_run.preload_blob_shas(train)
   assert big_run.known_blobs == small.known_blobs
+  huge = large_store()   # a table too large to read whole even so: the file is asked about each blob
+  huge.READ_ALL_AT_MOST = 6
+  huge.preload_blob_shas(json.dumps(["python", "new.py"]))
+  assert huge.known_blobs == set() and huge.holds_blob(Store.blob_sha(b"in")) and not huge.holds_blob("0" * 64)
   # a file written without its foreign keys may refer to a blob it lacks: that blob is not taken as held (a capture
   # would go into the journal without its bytes, and be lost)
   s.conn.execute("PRAGMA foreign_keys = OFF")
