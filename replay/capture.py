@@ -66,7 +66,7 @@ class _Sink:
     self.git: Optional[GitQuery] = None   # the git process asked for the run's state, not written yet
     # the database's index of part pickles (node key -> blob) for the code this process runs, and what it adds
     self.code = ""
-    self.command: Optional[str] = None   # this process's command line as a run row holds it
+    self.command: Optional[str] = None   # this process's command line as a run row holds it, when it makes a run
     self.joined: Optional[int] = None    # the run this process joined (REPLAY_RUN_ID), made by another process
     self.part_shas: dict[str, str] = {}
     self.new_parts: list[tuple[str, str]] = []
@@ -80,8 +80,9 @@ class _Sink:
         self.pid, self.local = os.getpid(), threading.local()
         self.fold_store, self.fold_lock, self.timer, self.pending_since = None, threading.Lock(), None, None
         env_run = os.getenv("REPLAY_RUN_ID")
-        # the command whose last run's blobs a large database preloads: this process's, or that of the run it joins
-        self.command, self.joined = json.dumps(this_command()), int(env_run) if env_run else None
+        self.joined = int(env_run) if env_run else None
+        # the command of the run this process makes (a large database preloads the blobs of its last run)
+        self.command = json.dumps(this_command()) if self.joined is None else None
         store = self._thread_store()
         self.journal = journal.Journal(store.path, store.known_blobs) if journal.available(store.path) else None
         self.code, self.new_parts = _source_stamp(), []
