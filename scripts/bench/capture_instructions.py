@@ -5,10 +5,10 @@ run of each (compile cache and database warm), and the two counts are compared, 
 CPU time on a shared machine moves by a few percent between runs, so the capture bench needs many alternated pairs to
 resolve one percent. An instruction count moves by well under a tenth of a percent between runs (hash seed fixed, one
 BLAS thread), so the effect of a change to capture shows in one run of each side. Two caveats, printed with the result:
-callgrind's simulated CPU has no SHA extensions, so OpenSSL hashes in software at roughly ten times the instructions of
-a CPU that has them (libcrypto's line shows this part, and a total without it is printed too); and instructions are
-not time: capture's code runs between long stretches of the compiler's, with colder caches, so its share of CPU time
-is larger than its share of instructions (the capture bench measures time).
+callgrind's simulated CPU lacks the SHA extensions, so OpenSSL hashes in software there (about 30 instructions per
+hashed byte, many times what a CPU with them runs; libcrypto's line shows this part, and a total without it is printed
+too); and instructions are not time: capture's code runs between long stretches of the compiler's, with colder caches,
+so its share of CPU time is larger than its share of instructions (the capture bench measures time).
 
     python -m scripts.bench.capture_instructions [--only NAME ...]   (needs valgrind; about a minute on 2 cores)
 """
