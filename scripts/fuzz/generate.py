@@ -59,6 +59,8 @@ class Value:
   rtol: float = 0.0           # the coarsest relative precision of any dtype it was computed in (float16, then cast up)
   zero_constant: bool = False # may derive from a constant 0 (zeros, full(0), a 0-d special): 0 * x folds to 0 (S13)
   zero_sign: bool = False     # the sign of its zeros is not defined: a sum of -0.0 terms may start from +0.0
+  huge: bool = False          # may hold finite values near the dtype's largest (a special input's): a sum of them
+                              # cancels to anything within their rounding (big + -2.5 + -big is 0 in float32)
 
 
 def _numel(shape: tuple) -> int: return math.prod(shape)
@@ -90,8 +92,13 @@ class Builder:
     zero = v.zero_constant or any(o.zero_constant for o in operands)
     summed = ("sum", "mean", "matmul", "conv2d", "avg_pool2d", "gather", "einsum", "cumsum") # one-hot sums, too
     sign = v.zero_sign or any(o.zero_sign for o in operands) or op in summed or "Tensor([" in tensor_expr
-    if (scale, rtol, zero, sign) != (v.scale, v.rtol, v.zero_constant, v.zero_sign):
-      self.values[int(v.name)] = v = replace(v, scale=scale, rtol=rtol, zero_constant=zero, zero_sign=sign)
+    # a value of unknown magnitude stays huge; a sum of huge terms carries their rounding error (seed 167:2399)
+    huge_operands = [o for o in operands if o.huge and ref.is_float(o.dtype)]
+    huge = (v.huge or bool(huge_operands)) and v.bound is None
+    if op in summed and huge_operands:
+      scale = max([scale] + [ref.special_big(o.dtype) for o in huge_operands])
+    if (scale, rtol, zero, sign, huge) != (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge):
+      self.values[int(v.name)] = v = replace(v, scale=scale, rtol=rtol, zero_constant=zero, zero_sign=sign, huge=huge)
     return v
 
   # ***** shapes *****
@@ -120,6 +127,7 @@ class Builder:
     elif dtype == "bool": bound = 1.0
     else: bound = float(max(abs(x) for x in ref.int_range(dtype))) if kind == "special" else 9.0
     v = self.new(shape, dtype, bound, nan=kind == "special" and ref.is_float(dtype))
+    if kind == "special" and ref.is_float(dtype): v = self.values[-1] = replace(v, huge=True)
     # a 0-d input is a constant of the graph: one that may be 0 (an int, a bool, a special float) or +-inf (whose
     # reciprocal is 0) folds x * 0 to 0
     if shape == () and (kind == "special" or not ref.is_float(dtype)):

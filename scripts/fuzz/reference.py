@@ -52,6 +52,11 @@ def int_range(name: str) -> tuple[int, int]:
   return int(info.min), int(info.max)
 
 
+def special_big(dtype: str) -> float:
+  """The largest finite magnitude among a float dtype's `special` inputs."""
+  return float(np.finfo(np.dtype(dtype)).max) / 4
+
+
 def data(shape: tuple, dtype: str, seed: int, kind: str = "normal") -> np.ndarray:
   """Deterministic input data: `normal` values (floats clipped to +-3, ints in [-5, 5], or [0, 9] unsigned),
   `positive` (floats in [0.5, 3]), `special` (floats mixing NaN, +-inf, -0.0, huge and tiny values; ints at
@@ -67,7 +72,7 @@ def data(shape: tuple, dtype: str, seed: int, kind: str = "normal") -> np.ndarra
   if kind == "positive": return rng.uniform(0.5, 3.0, size=shape).astype(dtype)
   values = np.clip(rng.standard_normal(size=shape), -3, 3)
   if kind == "special":
-    big = float(np.finfo(np.dtype(dtype)).max) / 4
+    big = special_big(dtype)
     tiny = float(np.finfo(np.dtype(dtype)).tiny)
     pool = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, big, -big, tiny, -tiny, 1.0, -2.5])
     pick = rng.integers(0, len(pool) + 3, size=shape)

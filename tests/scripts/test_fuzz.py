@@ -185,3 +185,20 @@ def test_finite_differences_shrink_the_step_where_the_loss_turns_within_it():
   np.testing.assert_allclose(ref.finite_difference(source, "y", "x"), exact, rtol=1e-6)
   smooth = "x = np.array([0.5, -1.0])\ny = np.sum(x ** 3)"
   np.testing.assert_allclose(ref.finite_difference(smooth, "y", "x"), 3 * np.array([0.5, -1.0]) ** 2, rtol=1e-8)
+
+
+def test_a_sum_of_huge_special_inputs_is_judged_within_their_rounding():
+  """big + -2.5 + -big is 0 in float32 and -2.5 in the float64 reference (seed 167:2399): a value summed from special
+  inputs carries their rounding error, so only its infinities and NaNs are held to the reference."""
+  program = program_at(167, 2399)
+  assert "einsum" in program.ops
+  (check,) = [c for c in program.checks if c.tensor == "t3"]
+  assert check.atol >= ref.special_big("float32") * check.rtol
+  assert not judge(program, DEVICES_HERE)
+
+
+def test_few_checks_are_relaxed_to_the_rounding_of_huge_inputs():
+  """Only values summed from special inputs lose their finite comparison: the rest keep the reference's precision."""
+  checks = [c for index in range(300) for c in program_at(100, index).checks if ref.is_float(c.dtype)]
+  relaxed = [c for c in checks if c.atol > 1e30]
+  assert relaxed and len(relaxed) < 0.05 * len(checks), (len(relaxed), len(checks))
