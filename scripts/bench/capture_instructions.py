@@ -15,8 +15,8 @@ so its share of CPU time is larger than its share of instructions (the capture b
 from __future__ import annotations
 import argparse, os, re, shutil, subprocess, sys, tempfile
 from collections import Counter
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING = ["mlp_sgd", "cnn_adam", "transformer_adamw"]
