@@ -14,6 +14,7 @@ Update rules (g the gradient, lr the learning rate, t the step count):
 """
 from __future__ import annotations
 from scheduler.tensor import Tensor
+from scheduler.tensor.base import places_tensors
 from scheduler.dtype import dtypes, least_upper_dtype
 from scheduler.helpers import dedup
 
@@ -26,6 +27,7 @@ def _state_like(t: Tensor, dtype=None) -> Tensor:
 class Optimizer:
   """Holds the trainable parameters (requires_grad not False) and the other tensors handed in (`buffers`,
   realized with each step). Subclasses implement `_update`."""
+  @places_tensors
   def __init__(self, params: list[Tensor], lr: float):
     trainable = [p.requires_grad is not False for p in params]
     for p, train in zip(params, trainable):
@@ -38,6 +40,7 @@ class Optimizer:
       lr = Tensor([lr], dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous().realize()
     self.lr = lr
 
+  @places_tensors
   def schedule_step(self) -> list[Tensor]:
     """The tensors one step writes (state, parameters, buffers), unrealized."""
     if not Tensor.training:
@@ -61,6 +64,7 @@ class Optimizer:
 
 class SGD(Optimizer):
   """SGD, and LARS when `tcoef` is not 0 (see the module docstring)."""
+  @places_tensors
   def __init__(self, params: list[Tensor], lr=0.001, momentum=0.0, weight_decay=0.0, nesterov=False, classic=False,
                tcoef=0.0):
     self.nesterov, self.momentum, self.wd, self.classic, self.tcoef = nesterov, momentum, weight_decay, classic, tcoef
@@ -100,6 +104,7 @@ class AdamW(Optimizer):
   """Adam with decoupled weight decay; Adam is AdamW with weight_decay=0."""
   trust_ratio = False   # LAMB's layer-wise scaling of the step
 
+  @places_tensors
   def __init__(self, params: list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01):
     self.wd, self.eps, self.b1, self.b2 = weight_decay, eps, b1, b2
     Optimizer.__init__(self, params, lr)
@@ -135,6 +140,7 @@ class LAMB(AdamW):
   """AdamW whose step is scaled per parameter by ||w|| / ||step|| (You et al., 2019)."""
   trust_ratio = True
 
+  @places_tensors
   def __init__(self, params: list[Tensor], lr=0.001, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0):
     super().__init__(params, lr, b1, b2, eps, weight_decay)
 

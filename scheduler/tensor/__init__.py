@@ -14,7 +14,7 @@ Public methods record their name while they build ops; it rides on schedule item
 from __future__ import annotations
 import contextlib, functools, sys, threading
 from typing import Callable
-from scheduler.tensor.base import TensorBase, current_op
+from scheduler.tensor.base import TensorBase, current_op, places_tensors
 from scheduler.tensor.creation import Creation
 from scheduler.tensor.movement import Movement
 from scheduler.tensor.elementwise import Elementwise
@@ -50,6 +50,10 @@ def _named(name: str, method: Callable) -> Callable:
   @functools.wraps(method)
   def recording(*args, **kwargs):
     if current_op[0] is not None: return method(*args, **kwargs)
+    if current_op[2] is not None:   # inside an entry point that placed its tensors already (`places_tensors`)
+      current_op[0] = name
+      try: return method(*args, **kwargs)
+      finally: current_op[0] = None
     current_op[0], current_op[1], current_op[2] = name, None, (threading.get_ident(), sys._getframe(1))
     try: return method(*args, **kwargs)
     finally: current_op[0] = current_op[1] = current_op[2] = None
@@ -64,6 +68,21 @@ def _instance_methods() -> dict[str, Callable]:
   return found
 
 
+def _creation_methods() -> dict[str, staticmethod | classmethod]:
+  """The public static and class methods that make tensors (named by the methods they call, not by their own name)."""
+  found: dict[str, staticmethod | classmethod] = {}
+  for cls in reversed(Tensor.__mro__):
+    for name, value in vars(cls).items():
+      if isinstance(value, (staticmethod, classmethod)) and not name.startswith("_") and name != "train":
+        found[name] = value
+  return found
+
+
+# methods that take no name but make tensors: placed where the program called them
+_PLACED = {"backward", "gradient"}
 for _name, _method in _instance_methods().items():
   if (not _name.startswith("_") and _name not in _NOT_NAMED) or _name in _NAMED_OPERATORS:
     setattr(Tensor, _name, _named(_name, _method))
+  elif _name in _PLACED: setattr(Tensor, _name, places_tensors(_method))
+for _name, _entry in _creation_methods().items():
+  setattr(Tensor, _name, type(_entry)(places_tensors(_entry.__func__)))

@@ -6,7 +6,7 @@ assembles the `Tensor` class. A tensor holds one UOp (`lazydata`); every op buil
 Methods that make tensors use `type(self)`, so they always make the assembled `Tensor`.
 """
 from __future__ import annotations
-import pathlib, threading, weakref
+import functools, pathlib, sys, threading, weakref
 from typing import Callable, Optional
 import numpy as np
 from scheduler import hooks
@@ -22,22 +22,37 @@ from scheduler.ops import UOp, Ops, resolve, smax, all_metadata
 all_tensors: dict[weakref.ref, None] = {}
 # the public Tensor method that is building ops right now, called from outside any other (its name rides on schedule
 # items as metadata); while capturing, where the program called it from (found by the first tensor it makes); and the
-# thread that called it with the frame it called from, where that search starts
+# thread that called it with the frame it called from, where that search starts. An entry point that is not a named
+# method (a creation method, an optimizer's step: `places_tensors`) sets only the last two.
 current_op: list = [None, None, None]
 
 
 def _origin() -> Optional[tuple]:
-  """Where the program made a tensor being made now: the place it called the public method that makes it from (found
-  once per call: the walk out of the compiler's frames costs more than the rest of making a tensor), else where it
-  made it directly. The place is kept with the thread that found it: another thread's tensors find their own."""
-  if current_op[0] is None: return hooks.origin()
+  """Where the program made a tensor being made now: the place it called the public method or entry point that makes
+  it from (found once per call: the walk out of the compiler's frames costs more than the rest of making a tensor),
+  else where it made it directly. The place is kept with the thread that found it: another thread's tensors find their
+  own."""
+  caller = current_op[2]
+  if caller is None: return hooks.origin()
   kept, thread = current_op[1], threading.get_ident()
   if kept is None or kept[0] != thread:
-    caller = current_op[2]
     # the search starts where the program called the public method (not inside the compiler's frames below it), in
     # the thread that called it; another thread searches its own frames
-    kept = current_op[1] = (thread, hooks.origin(caller[1] if caller is not None and caller[0] == thread else None))
+    kept = current_op[1] = (thread, hooks.origin(caller[1] if caller[0] == thread else None))
   return kept[1]
+
+
+def places_tensors(method: Callable) -> Callable:
+  """`method` as an entry point of the program into the compiler that is not a named public Tensor method: the tensors
+  it makes are placed where the program called it, found once per call (an optimizer's step makes hundreds of tensors
+  through public methods it calls, a random initializer dozens: each would search the stack again)."""
+  @functools.wraps(method)
+  def placing(*args, **kwargs):
+    if current_op[2] is not None: return method(*args, **kwargs)
+    current_op[1], current_op[2] = None, (threading.get_ident(), sys._getframe(1))
+    try: return method(*args, **kwargs)
+    finally: current_op[1] = current_op[2] = None
+  return placing
 
 
 def _forget(ref: weakref.ref) -> None: all_tensors.pop(ref, None)

@@ -452,6 +452,40 @@ def test_tensors_a_public_call_makes_share_where_the_program_called_it(replay_db
   with Context(CAPTURE_PROCESS_REPLAY=0): assert Tensor.ones(2)._origin is None
 
 
+def test_creation_methods_optimizers_and_backward_place_their_tensors_with_one_search_each(replay_db, monkeypatch):
+  from scheduler import Tensor, hooks
+  from scheduler.helpers import Context
+  from scheduler.nn.optim import Adam
+  from scheduler.tensor import base
+  from replay.capture import code_frame
+  import inspect
+  searches = []
+  def counting_search(start=None):
+    searches.append(code_frame(start if start is not None else sys._getframe(1)))
+    return searches[-1]
+  monkeypatch.setattr(hooks, "_FRAME", [counting_search])
+  def made_by(call):
+    """What `call` returns, the places of the tensors it made that live on, and how often the stack was searched."""
+    before, searches[:] = set(base.all_tensors), []
+    result = call()
+    return result, {ref()._origin for ref in set(base.all_tensors) - before if ref() is not None}, len(searches)
+  here, line = os.path.relpath(__file__), inspect.currentframe().f_lineno
+  with Context(CAPTURE_PROCESS_REPLAY=1), Tensor.train():
+    w, w_at, w_searches = made_by(lambda: Tensor.kaiming_uniform(4, 3, requires_grad=True))
+    opt, opt_at, opt_searches = made_by(lambda: Adam([w], lr=0.1))
+    loss = (w * w).sum()
+    _, grad_at, grad_searches = made_by(lambda: loss.backward())
+    step, step_at, _ = made_by(lambda: opt.schedule_step())
+  # a random initializer makes dozens of tensors through the public methods it calls, an optimizer's step hundreds:
+  # the stack is searched once per call the program made
+  assert (w_at, w_searches) == ({(here, line + 2, "<lambda>")}, 1)
+  assert (opt_at, opt_searches) == ({(here, line + 3, "<lambda>")}, 1)
+  assert (grad_at, grad_searches) == ({(here, line + 5, "<lambda>")}, 1) and w.grad is not None
+  # a step's tensors live on only as the updates of its state and parameters: the one search found the call
+  assert (step_at, searches) == (set(), [(here, line + 6, "<lambda>")]) and len(step) > 1
+  assert base.current_op == [None, None, None]
+
+
 def test_tensor_origins_name_each_place_of_a_long_function_and_of_a_loop(replay_db):
   from scheduler import Tensor
   from scheduler.helpers import Context
