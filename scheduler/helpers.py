@@ -22,10 +22,15 @@ def getenv(key: str, default: Any = 0) -> Any:
 # the flag values `Context` blocks set, per thread: a block in one thread (the capture's read-back turning capture
 # off, a replay applying captured flags) must not change what another thread's code sees at the same moment
 _block_values = threading.local()
-# a new token at every change to any flag (a new flag, a process value, a block entered or left in any thread): a
-# thread's cached `ContextVar.frozen` is current while the token it was taken under is (a new object, not a count:
-# two threads counting at once could both write the same number)
+# a new token at every change to the process's flags (a new flag, a process value): `ContextVar.frozen` answers by this
+# token and the values of the thread's blocks (a new object, not a count: two threads counting at once could both
+# write the same number)
 _changes = [object()]
+# (token, the thread's block values) -> the pairs `ContextVar.frozen` made for them: a block that is left restores the
+# flags before it, and with them the tuple object they had (the capture enters a block itself around every graph it
+# pickles, and the compiler hundreds a run)
+_frozen: dict[tuple, tuple[tuple[str, int], ...]] = {}
+FROZEN_KEPT = 256
 
 
 class ContextVar:
@@ -76,13 +81,17 @@ class ContextVar:
 
   @staticmethod
   def frozen() -> tuple[tuple[str, int], ...]:
-    """`snapshot` as (name, value) pairs, the same tuple object until a flag changes (a capture, taken hundreds of
-    times a second, looks up what it derives from the flags by this object instead of rebuilding them)."""
-    token = _changes[0]   # read first: a change made while the pairs are built makes them stale at once
-    kept = getattr(_block_values, "frozen", None)
-    if kept is not None and kept[0] is token: return kept[1]
+    """`snapshot` as (name, value) pairs, the same tuple object for the same flags (a capture, taken hundreds of times
+    a second, looks up what it derives from the flags by this object instead of rebuilding them)."""
+    blocks = getattr(_block_values, "flags", None)
+    # the token is read first: a change made while the pairs are built makes them stale at once
+    key = (_changes[0], tuple(blocks.items()) if blocks else ())
+    try:
+      if (pairs := _frozen.get(key)) is not None: return pairs
+    except TypeError: return tuple(ContextVar.snapshot().items())   # a block set a flag to a value not hashable
     pairs = tuple(ContextVar.snapshot().items())
-    _block_values.frozen = (token, pairs)
+    if len(_frozen) >= FROZEN_KEPT: _frozen.clear()   # a replay applies the flags of every capture it runs
+    _frozen[key] = pairs
     return pairs
 
 
@@ -100,7 +109,6 @@ class Context:
     if blocks is None: blocks = _block_values.flags = {}
     self.saved = {name: blocks.get(name, Context._UNSET) for name in self.flags}
     blocks.update(self.flags)
-    _changes[0] = object()
     return self
 
   def __exit__(self, *exc) -> bool:
@@ -108,7 +116,6 @@ class Context:
     for name, value in self.saved.items():
       if value is Context._UNSET: blocks.pop(name, None)
       else: blocks[name] = value
-    _changes[0] = object()
     return False
 
 

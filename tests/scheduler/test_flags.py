@@ -11,6 +11,16 @@ def test_frozen_is_the_snapshot_and_the_same_object_until_a_flag_changes():
   assert ContextVar.frozen() is first
 
 
+def test_a_block_that_is_left_gives_back_the_pairs_from_before_it():
+  # a capture enters a block around every graph it pickles: the pairs, and what a capture derives from them, are kept
+  first = ContextVar.frozen()
+  with Context(DEBUG=dict(first)["DEBUG"] + 1): inside = ContextVar.frozen()
+  assert inside != first and ContextVar.frozen() is first
+  with Context(DEBUG=dict(first)["DEBUG"] + 1): assert ContextVar.frozen() is inside
+  with Context(DEBUG=[1]): assert dict(ContextVar.frozen())["DEBUG"] == [1]   # not hashable: built, not kept
+  assert ContextVar.frozen() is first
+
+
 def test_frozen_follows_blocks_and_process_values():
   before = dict(ContextVar.frozen())
   with Context(DEBUG=before["DEBUG"] + 3):
