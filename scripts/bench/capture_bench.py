@@ -77,11 +77,17 @@ def main():
                if f.startswith("bench.db") and os.path.isfile(os.path.join(tmp, f)))
   m_off, m_on = statistics.median(off), statistics.median(on)
   pairs = statistics.median(b / a for a, b in zip(off, on))
-  cpu_pairs = statistics.median(b / a for a, b in zip(cpu_off, cpu_on))
+  cpu_ratios = [b / a for a, b in zip(cpu_off, cpu_on)]
+  cpu_pairs = statistics.median(cpu_ratios)
   print(f"wall time, median of {rounds} alternated pairs: capture off {m_off:.2f}s, capture on {m_on:.2f}s, "
         f"ratio on/off {pairs:.3f} (median of the pairs' ratios; goal <= 1.05)")
   print(f"CPU time (user + system): capture off {statistics.median(cpu_off):.2f}s, capture on "
         f"{statistics.median(cpu_on):.2f}s, ratio on/off {cpu_pairs:.3f} (median of the pairs' ratios)")
+  # how far the median can be trusted: on a shared machine the pairs' ratios spread by percents
+  if rounds >= 4:
+    low, _, high = statistics.quantiles(cpu_ratios, n=4)
+    print(f"CPU ratio of the pairs: middle half {low:.3f} to {high:.3f}, all {min(cpu_ratios):.3f} to "
+          f"{max(cpu_ratios):.3f}")
   # the least CPU each side took: a run is only ever slowed by what else the machine does, so the best of the rounds is
   # the estimate that moves least between invocations on a shared machine
   print(f"CPU time, best of {rounds}: capture off {min(cpu_off):.2f}s, capture on {min(cpu_on):.2f}s, ratio on/off "
