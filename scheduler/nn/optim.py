@@ -14,9 +14,9 @@ Update rules (g the gradient, lr the learning rate, t the step count):
 """
 from __future__ import annotations
 from scheduler.tensor import Tensor
-from scheduler.tensor.base import places_tensors
 from scheduler.dtype import dtypes, least_upper_dtype
 from scheduler.helpers import dedup
+from scheduler.tensor.base import places_tensors
 
 
 def _state_like(t: Tensor, dtype=None) -> Tensor:
