@@ -21,6 +21,22 @@ def test_integer_division_and_modulo_by_zero_are_zero(each_device):
   assert (zero // zero).tolist() == [0, 0]   # x // x is 1 only where x cannot be 0
 
 
+def test_float_floor_division_and_modulo_of_exact_multiples(each_device):
+  # a / b is a * (1 / b): at an exact multiple the product can land past the whole number (-1785 * (1 / 7) is
+  # -255.00002), and the floor took one too many: -1785 // 7 was -256, and -1785 % 7 was 7, the divisor itself
+  for dtype, top in ((np.float32, 2000), (np.float16, 1000)):
+    a = np.arange(-top, top + 1).astype(dtype)
+    for b in (7.0, -7.0, 3.0, 25.0, -0.5):
+      divisor = np.full_like(a, b)
+      np.testing.assert_array_equal((Tensor(a) // Tensor(divisor)).numpy(), np.floor_divide(a, divisor), err_msg=b)
+      np.testing.assert_array_equal((Tensor(a) % Tensor(divisor)).numpy(), np.mod(a, divisor), err_msg=b)
+      np.testing.assert_array_equal((Tensor(a) % b).numpy(), np.mod(a, dtype(b)), err_msg=b)
+  # a remainder is never the divisor, and has its sign, for any values
+  x, y = np.random.default_rng(0).standard_normal((2, 10_000)).astype(np.float32) * [[10.0], [1.0]]
+  rest = (Tensor(x) % Tensor(y)).numpy()
+  assert np.all(np.abs(rest) < np.abs(y)) and np.all((rest == 0) | (np.sign(rest) == np.sign(y)))
+
+
 def test_unary_ops_of_padding_see_the_zero(each_device):
   with np.errstate(divide="ignore"):
     np.testing.assert_array_equal(Tensor.eye(2).log().numpy(), np.log(np.eye(2, dtype=np.float32)))
