@@ -61,9 +61,24 @@ class Value:
   zero_sign: bool = False     # the sign of its zeros is not defined: a sum of -0.0 terms may start from +0.0
   huge: bool = False          # may hold finite values near the dtype's largest (a special input's): a sum of them
                               # cancels to anything within their rounding (big + -2.5 + -big is 0 in float32)
+  integral: bool = False      # a float whose every element is a whole number the dtype holds exactly (floor of a
+                              # bounded value): % and // of such values are exact, away from their jumps
 
 
 def _numel(shape: tuple) -> int: return math.prod(shape)
+
+
+# below this magnitude every whole number is exact in the float dtype (its mantissa's bits)
+EXACT_WHOLE = {"float16": 2.0 ** 11, "bfloat16": 2.0 ** 8, "float32": 2.0 ** 24, "float64": 2.0 ** 53}
+
+
+def _exact(bound: Optional[float], dtype: str) -> bool:
+  return bound is not None and bound < EXACT_WHOLE.get(dtype, 0.0)
+
+
+def _whole_in(v: Optional[Value], dtype: str) -> bool:
+  """Whether every element of v is a whole number that float `dtype` holds exactly: an integral float, or an int."""
+  return v is not None and _exact(v.bound, dtype) and (v.integral or ref.is_int(v.dtype) or v.dtype == "bool")
 
 
 class Builder:
@@ -222,6 +237,8 @@ class Builder:
     scale = {"sin": carried, "cos": carried, "exp": carried * (bound or 1e3),
              "exp2": carried * (bound or 1e3)}.get(op, bound or 1.0)
     v = self.new(x.shape, out, bound if not nan else None, nan=nan, terms=x.terms, scale=scale)
+    if op in ("floor", "ceil", "trunc", "round") and not nan and _exact(v.bound, out):
+      v = self.values[int(v.name)] = replace(v, integral=True)
     return self.emit(v, f"t{x.name}.{op}()", f"ref.unary({op!r}, n{x.name}, {out!r})", op)
 
   def partner(self, x: Value, dtype: Optional[str] = None) -> Value:
@@ -252,6 +269,10 @@ class Builder:
     if ref.is_float(out_base): ops += ["div", "maximum", "minimum", "where"]
     elif out_base != "bool": ops += ["idiv", "mod", "div", "maximum", "minimum", "where", "xor"]
     else: ops += ["where", "xor"]
+    # float % and // jump at every multiple of the divisor: only of whole numbers, which they divide exactly
+    whole = ref.is_float(out_base) and _whole_in(x, out_base) and \
+      (float(value).is_integer() if scalar else _whole_in(y, out_base))
+    if whole: ops += ["idiv", "mod"]
     op = c.choice(ops)
     if op in ("maximum", "minimum") and (x.nan or (y is not None and y.nan)): op = "add"
     # a constant 0 times NaN or inf is folded to 0 (S13), and x / c is x * (1 / c)
@@ -283,9 +304,13 @@ class Builder:
       op, bound = "xor", self._int_max(out)
     if bound is None and out.startswith("u"): bound = self._int_max(out)   # unsigned wraps: defined
     if op == "xor" and not (ref.is_int(out) or out == "bool"): op = "add"
-    nan = ref.is_float(out) and (x.nan or (y is not None and y.nan) or bound is None or op in ("div", "mod"))
+    # a float divisor may be 0 (x // 0 is an infinity, x % 0 NaN) unless it is a literal other than 0
+    by_zero = op == "div" or (op in ("idiv", "mod") and (not scalar or value == 0))
+    nan = ref.is_float(out) and (x.nan or (y is not None and y.nan) or bound is None or by_zero)
     v = self.new(self._bshape(x, y), out, None if nan else bound, nan=nan,
                  terms=max(x.terms, 1 if y is None else y.terms))
+    if op in ("idiv", "mod") and ref.is_float(out):   # -0.0 % 3 is -0.0 in numpy, 0.0 on the devices
+      v = self.values[int(v.name)] = replace(v, zero_sign=True, integral=not nan and _exact(v.bound, out))
     sym = {"add": "+", "sub": "-", "mul": "*", "div": "/", "idiv": "//", "mod": "%", "xor": "^"}.get(op)
     tensor = f"(t{x.name} {sym} {rhs})" if sym else f"t{x.name}.{op}({rhs})"
     return self.emit(v, tensor, f"ref.binary({op!r}, n{x.name}, {nrhs}, {out!r})", op)

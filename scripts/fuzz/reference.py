@@ -113,7 +113,9 @@ def binary(op: str, a, b, out_dtype: str) -> np.ndarray:
 
 
 def idiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  """Integer division truncating toward zero; by zero it is 0."""
+  """Integer division truncating toward zero; by zero it is 0. Of floats, the floor of the quotient (x // 0 is an
+  infinity, 0 // 0 NaN)."""
+  if a.dtype.kind == "f": return np.floor(a / b).astype(a.dtype)
   a64, b64 = a.astype(np.int64) if a.dtype != np.uint64 else a, b.astype(np.int64) if b.dtype != np.uint64 else b
   safe = np.where(b64 == 0, 1, b64)
   q = np.abs(a64) // np.abs(safe) if a.dtype != np.uint64 else a64 // safe

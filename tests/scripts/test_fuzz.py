@@ -23,6 +23,18 @@ def test_seeded_programs_match_numpy(chunk):
   assert not failures, "\n".join(failures[:3])
 
 
+def test_float_floor_division_and_modulo_of_whole_numbers_match_numpy():
+  # float // and % jump at every multiple of the divisor: the generator applies them to whole numbers only (floor,
+  # ceil, round, trunc of bounded values; ints), which they divide exactly, so numpy is an exact oracle for them
+  import re
+  float_division = re.compile(r"ref\.binary\('(idiv|mod)', .*'(float16|float32|float64|bfloat16)'\)$")
+  programs = [program_at(seed, index) for seed in range(200, 206) for index in range(1500)]
+  found = [p for p in programs if any(float_division.search(line) for line in p.numpy_lines)]
+  assert len(found) >= 5, len(found)
+  failures = [f"{f}\n{p.source()}" for p in found for f in judge(p, DEVICES_HERE)]
+  assert not failures, "\n".join(failures[:2])
+
+
 def test_every_program_kind_and_family_is_generated():
   """The generator reaches every family and every dtype the README's table claims."""
   ops, dtypes_seen, families = set(), set(), set()
