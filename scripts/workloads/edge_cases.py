@@ -1,6 +1,7 @@
-"""Workloads for paths the models never take: integer arithmetic on negative operands, views of views of
-realized buffers (also across devices), and the orderings of assigns that a scheduler must respect."""
+"""Workloads for paths the models never take: integer arithmetic on negative operands, float floor division, views
+of views of realized buffers (also across devices), and the orderings of assigns that a scheduler must respect."""
 from __future__ import annotations
+import math
 import numpy as np
 from scheduler import Tensor, dtypes
 
@@ -16,6 +17,25 @@ def int_arith_negative() -> dict:
           (a * 3 // -2).abs(),
           a.sign() * (a.abs() % 4), (a < b).where(a, -b),
           a / b, (a % 5).exp2(), a * 0.5]   # integers promoted to float: true division, a float op, a float scalar
+  Tensor.realize(*outs)
+  return {"outputs": [o.numpy() for o in outs]}
+
+
+def float_floor_division() -> dict:
+  """Float // and % as data pipelines use them: hour of day and day of week of minute timestamps (exact multiples of
+  60 and 1440 among them, and times before the epoch), histogram buckets of signed values, grid coordinates of flat
+  indices held as floats (also in float16), and angles wrapped into [0, 2 pi)."""
+  minutes = Tensor(np.array([0, 59, 60, 61, 1439, 1440, 10079, 10080, 525600, -1, -60, -1441, -1785],
+                            dtype=np.float32)).realize()
+  values = Tensor(np.linspace(-3.5, 3.5, 29, dtype=np.float32)).realize()
+  flat = Tensor(np.arange(-21, 36, dtype=np.float32)).realize()
+  width = Tensor(np.full(57, 7.0, dtype=np.float32)).realize()
+  angles = Tensor(np.linspace(-20.0, 20.0, 17, dtype=np.float32)).realize()
+  hour = (minutes // 60) % 24
+  outs = [hour, (minutes // 1440) % 7, minutes % 60, hour * 60 + minutes % 60,
+          values // 0.25, values % 0.5, (values // 0.5).clip(-4, 3) + 4,
+          flat // width, flat % width, flat // -7, flat % -3, flat.cast(dtypes.float16) % 7,
+          angles % (2 * math.pi)]
   Tensor.realize(*outs)
   return {"outputs": [o.numpy() for o in outs]}
 

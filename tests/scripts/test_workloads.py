@@ -105,6 +105,26 @@ def test_integer_workload_matches_numpy(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_float_floor_division_workload_matches_numpy(device):
+  if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
+  minutes = np.array([0, 59, 60, 61, 1439, 1440, 10079, 10080, 525600, -1, -60, -1441, -1785], dtype=np.float32)
+  values = np.linspace(-3.5, 3.5, 29, dtype=np.float32)
+  flat, seven = np.arange(-21, 36, dtype=np.float32), np.float32(7)
+  angles = np.linspace(-20.0, 20.0, 17, dtype=np.float32)
+  hour = np.mod(np.floor_divide(minutes, 60), 24)
+  exact = [hour, np.mod(np.floor_divide(minutes, 1440), 7), np.mod(minutes, 60), hour * 60 + np.mod(minutes, 60),
+           np.floor_divide(values, 0.25), np.mod(values, 0.5), np.clip(np.floor_divide(values, 0.5), -4, 3) + 4,
+           np.floor_divide(flat, seven), np.mod(flat, seven), np.floor_divide(flat, -seven), np.mod(flat, -3),
+           np.mod(flat.astype(np.float16), np.float16(7))]
+  out = run_on(device, "float_floor_division")["outputs"]
+  assert len(out) == len(exact) + 1
+  for got, want in zip(out, exact):   # whole numbers and multiples of powers of two: exact
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+  np.testing.assert_allclose(out[-1], np.mod(angles.astype(np.float64), 2 * np.pi), atol=2e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_view_and_assign_workloads_match_numpy(device):
   if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
   base = np.arange(96, dtype=np.float32).reshape(8, 12)
