@@ -61,6 +61,9 @@ class Value:
   zero_sign: bool = False     # the sign of its zeros is not defined: a sum of -0.0 terms may start from +0.0
   huge: bool = False          # may hold finite values near the dtype's largest (a special input's): a sum of them
                               # cancels to anything within their rounding (big + -2.5 + -big is 0 in float32)
+  overflows: bool = False     # summed from huge values: a partial sum may pass the largest finite value before the
+                              # terms cancel (4 terms of a special input's max / 4 do), so an infinity or NaN stands
+                              # where the reference ends finite (seed 180:599: inf against 3.15e38)
   integral: bool = False      # a float whose every element is a whole number the dtype holds exactly (floor of a
                               # bounded value): % and // of such values are exact, away from their jumps
 
@@ -112,8 +115,12 @@ class Builder:
     huge = (v.huge or bool(huge_operands)) and v.bound is None
     if op in summed and huge_operands:
       scale = max([scale] + [ref.special_big(o.dtype) for o in huge_operands])
-    if (scale, rtol, zero, sign, huge) != (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge):
-      self.values[int(v.name)] = v = replace(v, scale=scale, rtol=rtol, zero_constant=zero, zero_sign=sign, huge=huge)
+    overflows = ref.is_float(v.dtype) and (v.overflows or any(o.overflows for o in operands)
+                                           or (op in summed and bool(huge_operands)))
+    if (scale, rtol, zero, sign, huge, overflows) != (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge,
+                                                      v.overflows):
+      self.values[int(v.name)] = v = replace(v, scale=scale, rtol=rtol, zero_constant=zero, zero_sign=sign, huge=huge,
+                                             overflows=overflows)
     return v
 
   # ***** shapes *****
@@ -673,7 +680,8 @@ class Builder:
     if not ref.is_float(v.dtype): return self.program.checks.append(Check(f"t{v.name}", f"n{v.name}", v.dtype))
     rtol = max(v.rtol, ref.tolerance(v.dtype)[0])
     atol = rtol * max(1.0, v.bound or 1.0, v.scale) * math.sqrt(v.terms)
-    self.program.checks.append(Check(f"t{v.name}", f"n{v.name}", v.dtype, atol=atol, rtol=rtol))
+    self.program.checks.append(Check(f"t{v.name}", f"n{v.name}", v.dtype, atol=atol, rtol=rtol,
+                                     overflow=v.overflows))
 
 
 # ***** program families *****

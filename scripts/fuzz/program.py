@@ -19,6 +19,7 @@ class Check:
   rtol: float = None
   across_devices: bool = False
   scaled: bool = False          # atol relative to the largest |expected| (finite differences)
+  overflow: bool = False        # an infinity or NaN may stand for a finite expected value (a sum of huge values)
 
 
 def _literal(value) -> str:
@@ -47,8 +48,8 @@ class Program:
     body = "\n".join(f"  {line}" for line in self.tensor_lines)
     expected = "\n".join(f"  {line}" for line in self.numpy_lines)
     checks = "\n".join(f"  ref.assert_close({c.tensor}, {c.expected}, {c.dtype!r}, atol={_literal(c.atol)}, "
-                       f"rtol={_literal(c.rtol)}"
-                       + (", scaled=True)" if c.scaled else ")")
+                       f"rtol={_literal(c.rtol)}" + (", scaled=True" if c.scaled else "")
+                       + (", overflow=True)" if c.overflow else ")")
                        for c in self.checks if not c.across_devices)
     return (f'"""A generated program ({self.family}) that the compiler gets wrong."""\n'
             "import numpy as np\nimport pytest\n"

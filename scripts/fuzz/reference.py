@@ -388,10 +388,11 @@ def tolerance(dtype: str) -> tuple[float, float]:
 
 
 def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float = None, atol: float = None,
-             scaled: bool = False) -> str:
+             scaled: bool = False, overflow: bool = False) -> str:
   """'' when `actual` equals `expected` under the dtype's policy (ints and bools exact, floats close, NaN and
   infinities equal to themselves); else a one-line description of the first difference. With `scaled`, atol is
-  relative to the largest finite |expected| (finite differences lose digits of small entries next to large ones)."""
+  relative to the largest finite |expected| (finite differences lose digits of small entries next to large ones); with
+  `overflow`, an infinity or NaN may stand for a finite expected value (a sum of huge values overflowed on the way)."""
   actual, expected = np.asarray(actual), np.asarray(expected)
   if scaled and atol and expected.size and np.isfinite(expected).any():
     atol = atol * max(1.0, float(np.max(np.abs(expected[np.isfinite(expected)]))))
@@ -409,6 +410,8 @@ def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float =
       largest = float(np.finfo(np.dtype(dtype)).max)
       lower, upper = np.minimum(np.abs(a), np.abs(e)), np.maximum(np.abs(a), np.abs(e))
       close |= (np.sign(a) == np.sign(e)) & (lower >= largest / (1 + rtol)) & np.isinf(upper)
+      # a sum of huge values may overflow in a partial sum that the reference's float64 holds
+      if overflow: close |= ~np.isfinite(a) & np.isfinite(e)
     bad = np.argwhere(~close)
   if len(bad) == 0: return ""
   where = tuple(int(i) for i in bad[0])
@@ -503,8 +506,10 @@ def optimizer_steps(kind: str, w: np.ndarray, x: np.ndarray, steps: int, lr: flo
   return w.astype(np.float32)
 
 
-def assert_close(actual, expected, dtype: str, atol: float = 0.0, rtol: float = None, scaled: bool = False) -> None:
+def assert_close(actual, expected, dtype: str, atol: float = 0.0, rtol: float = None, scaled: bool = False,
+                 overflow: bool = False) -> None:
   """Raise AssertionError when a Tensor (or array) differs from `expected` under the dtype's policy."""
   actual = actual.numpy() if hasattr(actual, "numpy") else np.asarray(actual)
-  problem = mismatch(actual, np.asarray(expected), dtype, rtol=rtol, atol=atol or None, scaled=scaled)
+  problem = mismatch(actual, np.asarray(expected), dtype, rtol=rtol, atol=atol or None, scaled=scaled,
+                     overflow=overflow)
   if problem: raise AssertionError(problem)

@@ -76,8 +76,7 @@ def execute(program: Program, device: str, timeout: float = 0) -> tuple[dict, li
     except Exception as e:
       failures.append(Failure(device, "oracle", _one_line(e))); continue
     problem = ref.mismatch(values[check.tensor], np.asarray(expected), check.dtype, rtol=check.rtol, atol=check.atol
-                           or None,
-                           scaled=check.scaled)
+                           or None, scaled=check.scaled, overflow=check.overflow)
     if problem: failures.append(Failure(device, "mismatch", f"{check.tensor}: {problem}"))
   return env, failures
 
