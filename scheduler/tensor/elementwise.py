@@ -155,7 +155,7 @@ class Elementwise:
     """Python's modulo (the result has the divisor's sign): from the IR's C-style remainder for ints, as
     a - (a // b) * b for floats (C has no float %; torch.remainder computes the same)."""
     dividend, divisor = self._broadcasted(x, reverse)
-    if dtypes.is_float(dividend.dtype): return dividend - dividend._floor_quotient(divisor) * divisor
+    if dtypes.is_float(dividend.dtype): return dividend._floor_division(divisor)[1]
     rem = dividend._apply_uop(lambda u, v: u.alu(Ops.MOD, v), divisor)
     fix = ((rem > 0) & (divisor < 0)) | ((rem < 0) & (divisor > 0))
     return rem + divisor * fix
@@ -164,22 +164,24 @@ class Elementwise:
     """`a // b`: ints truncate toward zero (C's division, the reference's); floats are floored, as Python's and
     numpy's // (there is no float integer division in C: the IR's IDIV is for ints)."""
     top, bottom = self._broadcasted(x, reverse)
-    if dtypes.is_float(top.dtype): return top._floor_quotient(bottom)
+    if dtypes.is_float(top.dtype): return top._floor_division(bottom)[0]
     return top._binop(Ops.IDIV, bottom)
 
-  def _floor_quotient(self, divisor):
-    """floor(self / divisor) of two float tensors of one shape. `/` multiplies by the divisor's reciprocal, which rounds
-    twice: at an exact multiple the product can land just past the whole number (-1785 * (1 / 7) is -255.00002), so
-    the floor is one off and the remainder equals the divisor. The remainder left by the floor moves it back into place
-    (exact for whole numbers the dtype holds)."""
+  def _floor_division(self, divisor):
+    """(floor(self / divisor), the remainder) of two float tensors of one shape. `/` multiplies by the divisor's
+    reciprocal, which rounds twice: at an exact multiple the product can land just past the whole number (-1785 *
+    (1 / 7) is -255.00002), so the floor is one off and the remainder equals the divisor. The remainder left by the
+    floor moves both back into place (exact for whole numbers the dtype holds)."""
     quotient = (self / divisor).floor()
     rest = self - quotient * divisor
     positive = divisor > 0
-    # strict comparisons and ==, which are false for NaN (x >= y is not(x < y), true for NaN): no move where the
-    # remainder is NaN (an infinite or zero divisor, an infinite dividend)
-    reaches = (rest == divisor) | positive.where(divisor < rest, rest < divisor)   # one more
-    wrong_sign = positive.where(rest < 0, rest > 0)                                  # one less
-    return quotient + reaches.cast(quotient.dtype) - wrong_sign.cast(quotient.dtype)
+    # one more where the remainder reaches the divisor, one less where it has the wrong sign; strict comparisons and
+    # ==, which are false for NaN (x >= y is not(x < y), true for NaN), so nothing moves where the remainder is NaN
+    # (an infinite or zero divisor, an infinite dividend)
+    more = (rest == divisor) | positive.where(divisor < rest, rest < divisor)
+    less = positive.where(rest < 0, rest > 0)
+    step = more.cast(quotient.dtype) - less.cast(quotient.dtype)
+    return quotient + step, rest - step * divisor
 
   def bitwise_not(self):
     if self.dtype == dtypes.bool: return self.logical_not()

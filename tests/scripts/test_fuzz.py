@@ -218,12 +218,13 @@ def test_a_sum_of_huge_special_inputs_may_overflow_where_the_reference_ends_fini
   assert not judge(program, DEVICES_HERE)
   assert ref.mismatch(np.array([np.inf], np.float32), np.array([3.1e38]), "float32", atol=1e34, overflow=True) == ""
   assert ref.mismatch(np.array([np.inf], np.float32), np.array([3.1e38]), "float32", atol=1e34) != ""
-  checks = [c for index in range(300) for c in program_at(100, index).checks if ref.is_float(c.dtype)]
-  assert 0 < sum(c.overflow for c in checks) < 0.05 * len(checks)
 
 
 def test_few_checks_are_relaxed_to_the_rounding_of_huge_inputs():
-  """Only values summed from special inputs lose their finite comparison: the rest keep the reference's precision."""
+  """Only values summed from special inputs lose their finite comparison (and may overflow): the rest keep the
+  reference's precision."""
   checks = [c for index in range(300) for c in program_at(100, index).checks if ref.is_float(c.dtype)]
   relaxed = [c for c in checks if c.atol > 1e30]
   assert relaxed and len(relaxed) < 0.05 * len(checks), (len(relaxed), len(checks))
+  overflowing = [c for c in checks if c.overflow]   # an infinity may stand for a finite value: as few
+  assert overflowing and len(overflowing) < 0.05 * len(checks), (len(overflowing), len(checks))
