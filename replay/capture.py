@@ -12,6 +12,7 @@ from typing import Any, Optional
 import numpy as np
 from db import Store, journal
 from replay import buffers, parts, serialize, sut
+from replay.git_state import GitQuery, git_state
 from replay.locations import current_region
 from replay.serialize import NON_COMPILER_FLAGS
 
@@ -254,51 +255,6 @@ def run_info(argv: Optional[list[str]] = None, with_git: bool = True, argv_json:
 
 def flag_defaults_json() -> str:
   return json.dumps(_flag_defaults())
-
-
-GIT_STATUS = ["git", "status", "--porcelain=v2", "--branch", "--untracked-files=no"]
-GIT_TIMEOUT = 10
-
-
-def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:
-  """(commit, whether tracked files differ from it) of the repository around `cwd`, or (None, None) outside one: one
-  git process (`status --branch` names the commit)."""
-  import subprocess
-  try: status = subprocess.run(GIT_STATUS, cwd=cwd, capture_output=True, text=True, timeout=GIT_TIMEOUT)
-  except (OSError, subprocess.SubprocessError): return None, None
-  return _git_answer(status.returncode, status.stdout)
-
-
-def _git_answer(returncode: int, stdout: str) -> tuple[Optional[str], Optional[int]]:
-  if returncode != 0: return None, None
-  lines = stdout.splitlines()
-  commit = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), None)
-  if commit is None or commit == "(initial)": return None, None
-  return commit, int(any(not line.startswith("#") for line in lines))
-
-
-class GitQuery:
-  """`git_state` asked of a git process that runs while the program goes on, its answer read once it exited: no
-  thread of this process waits for it (a thread reading git's output took the interpreter from the program a few
-  hundred times)."""
-  def __init__(self):
-    import subprocess   # here: a process that does not capture never starts one
-    self.started = time.monotonic()
-    try: self.proc: Optional[Any] = subprocess.Popen(GIT_STATUS, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                                    stdin=subprocess.DEVNULL, text=True)
-    except OSError: self.proc = None
-
-  def result(self, wait: bool) -> Optional[tuple[Optional[str], Optional[int]]]:
-    """The answer; None while git runs and `wait` is false. A git that outlives its timeout is stopped."""
-    import subprocess
-    if self.proc is None: return None, None
-    if not wait and self.proc.poll() is None and time.monotonic() - self.started < GIT_TIMEOUT: return None
-    try: stdout, _ = self.proc.communicate(timeout=max(0.0, GIT_TIMEOUT - (time.monotonic() - self.started)))
-    except (OSError, subprocess.SubprocessError, ValueError):
-      self.proc.kill()
-      self.proc.wait()
-      return None, None
-    return _git_answer(self.proc.returncode, stdout)
 
 
 _outside_cache: dict[str, Optional[str]] = {}

@@ -195,7 +195,7 @@ class Session:
     """Replay `captures` with the compiler of `base` (the working tree without one), end to end with `rerun`; the
     outcomes and the policy are stored, the summary has acceptances marked. `finish` stores its verdict."""
     from replay.runner import replay_captures
-    from replay.capture import git_state
+    from replay.git_state import git_state
     from replay.shards import selection, parse, select, ShardError
     policy = policy or Policy()
     store = self.store()
@@ -343,7 +343,7 @@ class Session:
     """Accept the kernel changes shown in `summary` (only `ids`, if given); with `export`, also write the file to
     commit. The lines to print."""
     from replay import accept as acc
-    from replay.capture import git_state
+    from replay.git_state import git_state
     store = self.store()
     chosen = [o for o in summary.shown() if o["status"] == "changed" and (not ids or o["capture_id"] in ids)]
     refused = [o for o in summary.shown() if o["status"] != "changed" and (not ids or o["capture_id"] in ids)]
@@ -402,7 +402,7 @@ class Session:
 
   def accept_group(self, summary: rpt.Summary, group: list[dict]) -> None:
     from replay import accept as acc
-    from replay.capture import git_state
+    from replay.git_state import git_state
     self.store().accept(acc.entries(group, git_state()[0], summary.replay.get("base_commit")))
 
   def merge(self, results: list[str], show_all: bool = False) -> rpt.Summary:
