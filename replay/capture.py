@@ -88,14 +88,17 @@ class _Sink:
         self.journal = journal.Journal(store.path, store.known_blobs) if journal.available(store.path) else None
         self.code, self.new_parts = _source_stamp(), []
         self.part_shas = store.part_index(self.code) if self.code else {}
-        self.run_id = self.joined if self.joined is not None else \
-          store.add_run(**run_info(with_git=False, argv_json=self.command))
+        # the defaults of the compiler this process imported (the process that made the run may have imported another)
+        if self.joined is not None:
+          self.run_id = self.joined
+          store.set_run_flag_defaults(self.run_id, flag_defaults_json())
+        else:
+          self.run_id = store.add_run(**run_info(with_git=False, argv_json=self.command),
+                                      flag_defaults=flag_defaults_json())
         # git takes a few milliseconds in a process of its own: the program goes on meanwhile, and a fold (or the exit)
         # writes what it found
         self.git = GitQuery() if self.joined is None else None
         atexit.register(self._at_exit, os.getpid(), store, None if self.joined is not None else self.run_id)
-        # the defaults of the compiler this process imported (the process that made the run may have imported another)
-        store.set_run_flag_defaults(self.run_id, flag_defaults_json())
         self.ready = os.getpid()
     assert self.run_id is not None
     return self._thread_store(), self.run_id
