@@ -97,8 +97,13 @@ class Functional:
   def binary_crossentropy(self, Y, reduction: str = "mean"):
     return self._reduce_loss(-Y * self.log() - (1 - Y) * (1 - self).log(), reduction)
 
-  def binary_crossentropy_logits(self, Y, reduction: str = "mean"):
-    """The same loss on logits, in the form that does not overflow: max(x, 0) - x y + log(1 + exp(-|x|))."""
+  def binary_crossentropy_logits(self, Y, reduction: str = "mean", pos_weight=None):
+    """The same loss on logits, in the form that does not overflow: max(x, 0) - x y + log(1 + exp(-|x|)). With
+    `pos_weight` (broadcast against the classes) the positive term is weighted: p y softplus(-x) + (1 - y) softplus(x),
+    where softplus(-x) = softplus(x) - x."""
+    if pos_weight is not None:
+      softplus = self.maximum(0) + (1 + self.abs().neg().exp()).log()
+      return self._reduce_loss((1 - Y) * softplus + pos_weight * Y * (softplus - self), reduction)
     return self._reduce_loss(self.maximum(0) - Y * self + (1 + self.abs().neg().exp()).log(), reduction)
 
   def sparse_categorical_crossentropy(self, Y, ignore_index: int = -1, label_smoothing=0.0, reduction: str = "mean"):

@@ -81,6 +81,39 @@ def nll_classifier(steps: int = 4) -> dict:
   return {"outputs": [model.weight.numpy(), *scores], "losses": losses}
 
 
+def multilabel_tagger(steps: int = 5) -> dict:
+  """A multi-label tagger: a two-layer MLP gives 5 independent tags per sample, trained with binary cross-entropy on
+  logits where each tag's positives are weighted by how rare they are (`pos_weight` = negatives / positives, as
+  imbalanced multi-label training sets it), with Adam; then the per-tag loss of every sample and the predicted tags."""
+  Tensor.manual_seed(16)
+  rng = np.random.default_rng(17)
+  features = rng.standard_normal((24, 10)).astype(np.float32)
+  rates = np.array([0.5, 0.25, 0.15, 0.1, 0.3])   # how often each tag is on
+  tags = (rng.random((24, 5)) < rates).astype(np.float32)
+  tags[0] = 1.0   # every tag has a positive
+  x, y = Tensor(features).realize(), Tensor(tags).realize()
+  positives = tags.sum(0)
+  pos_weight = Tensor(((len(tags) - positives) / positives).astype(np.float32)).realize()
+  hidden, head = nn.Linear(10, 16), nn.Linear(16, 5)
+  opt = Adam(get_parameters(hidden) + get_parameters(head), lr=0.02)
+
+  def logits(z: Tensor) -> Tensor: return head(hidden(z).relu())
+
+  losses = []
+  with Tensor.train():
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        opt.zero_grad()
+        loss = logits(x).binary_crossentropy_logits(y, pos_weight=pos_weight)
+        loss.backward()
+        Tensor.realize(loss, *opt.schedule_step())
+        losses.append(loss.item())
+  final = logits(x)
+  per_tag = final.binary_crossentropy_logits(y, reduction="none", pos_weight=pos_weight)
+  return {"outputs": [hidden.weight.numpy(), hidden.bias.numpy(), head.weight.numpy(), head.bias.numpy(),
+                      per_tag.numpy(), (final > 0).numpy(), pos_weight.numpy()], "losses": losses}
+
+
 def ranking_eval() -> dict:
   """Scoring a classifier the way evaluation code does: top-5 accuracy (topk), the ranking of every score (sort), a
   histogram of the predicted classes (scatter with add), and moving-window features of a signal (unfold) weighted

@@ -59,6 +59,8 @@ FUNCS = [
   ("getitem_tensor", lambda t: t[Tensor([2, 0])].sum() + t[:, Tensor([1, 3])].sum()),
   ("batchnorm", lambda t: t.reshape(1, 3, 4).batchnorm(t[:, 0], t[:, 1], t[:, 2], t[:, 3].abs() + 1).sum()),
   ("bce_logits_linear", lambda t: t.linear(t.T, t[0, :3]).binary_crossentropy_logits(Tensor.ones(3, 3) * 0.3)),
+  ("bce_logits_pos_weight", lambda t: (t * 3).binary_crossentropy_logits(Tensor.ones(3, 4) * 0.7,
+                                                                          pos_weight=Tensor([2.0, 0.5, 1.0, 3.0]))),
   # issue 17's operations
   ("asin_acos_atan", lambda t: ((t * 0.3).asin() * 2 + (t * 0.3).acos() + (t * 3).atan()).sum()),
   ("sinh_cosh", lambda t: (t.sinh() * 2 + t.cosh()).sum()),

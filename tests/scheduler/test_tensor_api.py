@@ -66,6 +66,10 @@ CASES = [
    lambda a: np.mean(-(a > 0).astype(np.float32) * np.log(sigmoid(a)) - (1 - (a > 0)) * np.log(1 - sigmoid(a))), A),
   ("binary_crossentropy_logits", lambda t: t.binary_crossentropy_logits((t > 0).float(), reduction="sum"),
    lambda a: np.sum(np.maximum(a, 0) - a * (a > 0) + np.log1p(np.exp(-np.abs(a)))), A),
+  ("binary_crossentropy_logits_pos_weight",   # positives weighted per class, as torch's BCEWithLogitsLoss
+   lambda t: (t * 4).binary_crossentropy_logits((t > 0.3).float(), pos_weight=Tensor([1.0, 2.5, 0.5, 3.0, 1.5])),
+   lambda a: np.mean([1.0, 2.5, 0.5, 3.0, 1.5] * (a > 0.3) * np.logaddexp(0, -4.0 * a.astype(np.float64))
+                     + (a <= 0.3) * np.logaddexp(0, 4.0 * a.astype(np.float64))), A),
   ("one_hot", lambda t: t.one_hot(5), lambda a: np.eye(5, dtype=np.int32)[a], np.array([0, 3, 4, 1], np.int32)),
   ("any_all", lambda t: (t > 0).any(1).float() + (t > -3).all(1).float(),
    lambda a: (a > 0).any(1) + (a > -3).all(1).astype(np.float32), A),

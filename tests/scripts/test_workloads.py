@@ -33,7 +33,7 @@ def test_workload_equal_on_cpu_and_python(name):
 
 
 TRAINING = ["mlp_sgd", "bf16_lars", "lstm_bptt", "warp_registration", "cnn_adam", "transformer_adamw",
-            "upsampling_decoder", "nll_classifier"]
+            "upsampling_decoder", "nll_classifier", "multilabel_tagger"]
 
 
 def test_training_workloads_report_losses():
@@ -122,6 +122,24 @@ def test_float_floor_division_workload_matches_numpy(device):
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
   np.testing.assert_allclose(out[-1], np.mod(angles.astype(np.float64), 2 * np.pi), atol=2e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_multilabel_tagger_workload_matches_numpy(device):
+  """The trained model's per-tag losses against numpy's, from the weights it ends with: positives weighted by
+  negatives / positives of their tag."""
+  if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
+  w1, b1, w2, b2, per_tag, predicted, pos_weight = run_on(device, "multilabel_tagger")["outputs"]
+  rng = np.random.default_rng(17)
+  x = rng.standard_normal((24, 10)).astype(np.float32).astype(np.float64)
+  y = (rng.random((24, 5)) < [0.5, 0.25, 0.15, 0.1, 0.3]).astype(np.float64)
+  y[0] = 1.0
+  np.testing.assert_allclose(pos_weight, (24 - y.sum(0)) / y.sum(0), rtol=1e-6)
+  z = np.maximum(x @ w1.T + b1, 0) @ w2.T + b2
+  # -(p y log sigmoid(z) + (1 - y) log(1 - sigmoid(z))), with log sigmoid(z) = -log(1 + exp(-z))
+  expected = pos_weight * y * np.logaddexp(0, -z) + (1 - y) * np.logaddexp(0, z)
+  np.testing.assert_allclose(per_tag, expected, rtol=1e-4, atol=1e-5)
+  np.testing.assert_array_equal(predicted, z > 0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
