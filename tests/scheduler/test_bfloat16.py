@@ -23,9 +23,10 @@ def bf16(x: float) -> float:
   bits = struct.unpack("<I", struct.pack("<f", x))[0]
   low = bits & 0xFFFF0000
   down, up = _f32(low), (_f32(low + 0x10000) if (low + 0x10000) & 0x7F800000 != 0x7F800000 else
-                         math.copysign(math.inf, x))
-  if abs(x - down) != abs(up - x): return down if abs(x - down) < abs(up - x) else up
-  return down if (low >> 16) % 2 == 0 else up
+                         math.copysign(2.0 ** 128, x))   # past the largest value: 2^128, which is infinity
+  if abs(x - down) != abs(up - x): nearer = down if abs(x - down) < abs(up - x) else up
+  else: nearer = down if (low >> 16) % 2 == 0 else up
+  return nearer if abs(nearer) < 2.0 ** 128 else math.copysign(math.inf, x)
 
 
 VALUES = [0.0, -0.0, 1.0, 1.00390625, 1.01171875, 3.14159, -2.71828, 1e-3, 65504.0, 1e30, -1e-30, 3.3e38, 1e-40]
@@ -98,3 +99,82 @@ def test_safetensors_keep_the_bits(tmp_path):
   back = safe_load(tmp_path / "w.safetensors")["w"]
   assert back.dtype == dtypes.bfloat16 and back.tolist() == t.tolist()
   assert (tmp_path / "w.safetensors").stat().st_size < 200   # 2 bytes per value, not 4
+
+
+def _pool(seed: int) -> np.ndarray:
+  """float32 values that stress rounding to bfloat16: magnitudes over the whole range with both signs, the specials,
+  subnormals, bfloat16's largest finite value and the first value past it that rounds to infinity, and exact ties (a
+  bfloat16 value plus half its last place, with an even and an odd last bit)."""
+  rng = np.random.default_rng(seed)
+  spread = rng.choice([-1.0, 1.0], 160) * 10.0 ** rng.uniform(-40, 38.5, 160)
+  tie_bits = (rng.integers(0x0080, 0x7F00, 48).astype(np.uint32) << 16) | 0x8000   # normal bfloat16 + half a place
+  ties = tie_bits.view(np.float32) * rng.choice([-1, 1], 48).astype(np.float32)
+  specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 3.3895314e38, -3.3895314e38, 3.3961776e38, 1e-40, -9.2e-41,
+              1.1754944e-38, 1.0, -1.0, 0.5, 65504.0, 65520.0]
+  with np.errstate(all="ignore"):
+    return np.concatenate([spread.astype(np.float32), ties, np.array(specials, np.float32)])
+
+
+_bf16 = np.vectorize(bf16, otypes=[np.float64])
+
+
+def _rounded(x) -> np.ndarray:
+  with np.errstate(all="ignore"): return _bf16(np.asarray(x, np.float32)).astype(np.float32)
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> None:
+  """Equal bit for bit where finite or infinite, NaN where NaN (and the sign of a zero)."""
+  got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+  assert got.shape == want.shape
+  both_nan = np.isnan(got) & np.isnan(want)
+  bad = ~both_nan & ((got != want) | (np.signbit(got) != np.signbit(want)))
+  assert not bad.any(), f"{bad.sum()} differ, first at {np.argmax(bad)}: got {got[bad][:4]}, want {want[bad][:4]}"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rounding_and_exact_ops_over_the_whole_range(seed):
+  """Casting to bfloat16 rounds to nearest, ties to even (overflowing to infinity past the largest value, subnormals
+  kept, NaN kept); ops exact in float32 are then exact after the one rounding of their result."""
+  a = _pool(seed)
+  b = np.random.default_rng(seed + 10).permutation(a)
+  ra, rb = _rounded(a), _rounded(b)
+  ta, tb = Tensor(a).cast(dtypes.bfloat16), Tensor(b).cast(dtypes.bfloat16)
+  _same(ta.numpy(), ra)
+  _same(Tensor(a, dtype=dtypes.bfloat16).numpy(), ra)   # from numpy data, rounded on the host
+  with np.errstate(all="ignore"):
+    exact = {"neg": (-ta, -ra), "abs": (ta.abs(), np.abs(ra)), "sqrt": (ta.abs().sqrt(), np.sqrt(np.abs(ra))),
+             "add": (ta + tb, ra + rb), "sub": (ta - tb, ra - rb), "mul": (ta * tb, ra * rb),
+             "square": (ta.square(), ra * ra), "floor": (ta.floor(), np.floor(ra)), "ceil": (ta.ceil(), np.ceil(ra)),
+             "trunc": (ta.trunc(), np.trunc(ra)), "relu": (ta.relu(), np.where(ra > 0, ra, 0).astype(np.float32)),
+             "where": ((ta < tb).where(ta, tb), np.where(ra < rb, ra, rb))}
+    for name, (tensor, expected) in exact.items():
+      assert tensor.dtype == dtypes.bfloat16, name
+      _same(tensor.numpy(), _rounded(expected))
+    for name, (tensor, expected) in {"lt": (ta < tb, ra < rb), "eq": (ta == tb, ra == rb),
+                                      "ne": (ta != tb, ra != rb)}.items():
+      np.testing.assert_array_equal(tensor.numpy(), expected, err_msg=name)
+    # out of bfloat16: float32 holds every bfloat16 value; float16 rounds them to its grid and range
+    _same(ta.float().numpy(), ra)
+    np.testing.assert_array_equal(np.isnan(ta.cast(dtypes.float16).numpy()), np.isnan(ra))
+    finite = ~np.isnan(ra)
+    np.testing.assert_array_equal(ta.cast(dtypes.float16).numpy()[finite], ra.astype(np.float16)[finite])
+    small = np.isfinite(ra) & (np.abs(ra) < 2.0 ** 31)
+    np.testing.assert_array_equal(ta.cast(dtypes.int32).numpy()[small], np.trunc(ra[small]).astype(np.int32))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_compilers_transcendental_primitives_are_within_one_place_of_the_rounded_result(seed):
+  """exp2, log2 and sin computed in float32 and rounded once: within one bfloat16 place of the exactly rounded value
+  (or NaN alike). exp, log and the rest are built from these with bfloat16 steps in between (exp(x) is
+  exp2(x * log2(e)), and x * log2(e) is rounded to 8 bits first), so their error is the composition's."""
+  rng = np.random.default_rng(seed)
+  a = _rounded(np.concatenate([rng.uniform(-20, 20, 200), rng.uniform(0.001, 1000, 100), [0.0, -0.0, 1.0, -1.0]]))
+  t = Tensor(a, dtype=dtypes.bfloat16)
+  x = a.astype(np.float64)
+  with np.errstate(all="ignore"):
+    for name, (tensor, exact) in {"exp2": (t.exp2(), np.exp2(x)), "log2": (t.log2(), np.log2(x)),
+                                  "sin": (t.sin(), np.sin(x))}.items():
+      got, want = tensor.numpy().astype(np.float64), _rounded(exact).astype(np.float64)
+      place = np.abs(want) * 2.0 ** -7 + 2.0 ** -133   # one bfloat16 place (8 bits of precision), or the smallest
+      ok = (got == want) | (np.abs(got - want) <= place) | (np.isnan(got) & np.isnan(want))
+      assert ok.all(), f"{name}: at {x[~ok][:3]} got {got[~ok][:3]}, want {want[~ok][:3]}"
