@@ -101,7 +101,12 @@ def binary(op: str, a, b, out_dtype: str) -> np.ndarray:
     if op == "add": return (a + b).astype(out_dtype)
     if op == "sub": return (a - b).astype(out_dtype)
     if op == "mul": return (a * b).astype(out_dtype)
-    if op == "div": return (a / b).astype(out_dtype)
+    if op == "div":
+      if not is_float(out_dtype): return (a / b).astype(out_dtype)
+      # the reference divides floats as a * (1 / b), the reciprocal rounded to the dtype first: where it overflows
+      # (float16 below 2^-16 in magnitude) the quotient is an infinity, and 0 / b is NaN
+      reciprocal = (1.0 / b.astype(np.float64)).astype(out_dtype)
+      return (a.astype(np.float64) * reciprocal.astype(np.float64)).astype(out_dtype)
     if op == "idiv": return idiv(a, b).astype(out_dtype)
     if op == "mod": return mod(a, b).astype(out_dtype)
     if op == "maximum": return np.maximum(a, b)
@@ -410,8 +415,9 @@ def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float =
       largest = float(np.finfo(np.dtype(dtype)).max)
       lower, upper = np.minimum(np.abs(a), np.abs(e)), np.maximum(np.abs(a), np.abs(e))
       close |= (np.sign(a) == np.sign(e)) & (lower >= largest / (1 + rtol)) & np.isinf(upper)
-      # a sum of huge values may overflow in a partial sum that the reference's float64 holds
-      if overflow: close |= ~np.isfinite(a) & np.isfinite(e)
+      # a sum of huge values may overflow in a partial sum that the reference's float64 holds (and an overflowed partial
+      # sum meets an infinity of the other sign: NaN where the reference has that infinity)
+      if overflow: close |= (~np.isfinite(a) & np.isfinite(e)) | (np.isnan(a) & np.isinf(e))
     bad = np.argwhere(~close)
   if len(bad) == 0: return ""
   where = tuple(int(i) for i in bad[0])

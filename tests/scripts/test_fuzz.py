@@ -228,3 +228,26 @@ def test_few_checks_are_relaxed_to_the_rounding_of_huge_inputs():
   assert relaxed and len(relaxed) < 0.05 * len(checks), (len(relaxed), len(checks))
   overflowing = [c for c in checks if c.overflow]   # an infinity may stand for a finite value: as few
   assert overflowing and len(overflowing) < 0.05 * len(checks), (len(overflowing), len(checks))
+
+
+def test_floats_divide_as_a_times_the_rounded_reciprocal():
+  """The reference divides floats as the design does, a * (1 / b) with the reciprocal rounded to the dtype: a float16
+  divisor below 2^-16 has an infinite reciprocal, so 0 / b is NaN and 1 / b infinite (seed 188:720 divided special
+  ints by 262,144 normal float16 values, two of them that small: true division gave 0, exp of it 1)."""
+  program = program_at(188, 720)
+  assert not judge(program, DEVICES_HERE)
+  zero, one, tiny = np.float16(0), np.float16(1), np.float16(1e-5)
+  assert np.isnan(ref.binary("div", zero, tiny, "float16")) and ref.binary("div", one, tiny, "float16") == np.inf
+  assert ref.binary("div", np.float32(1), np.float32(3), "float32") == np.float32(1) * np.float32(1 / 3)
+  assert ref.binary("div", zero, zero, "float16") != ref.binary("div", zero, zero, "float16")   # NaN, as 0 / 0
+
+
+def test_an_overflowed_sum_that_meets_an_infinity_may_be_nan():
+  """A sum of huge special inputs that overflowed to -inf in float32, plus a true +inf, is NaN where the float64
+  reference holds +inf (seed 188:1478)."""
+  program = program_at(188, 1478)
+  assert not judge(program, DEVICES_HERE)
+  got, want = np.array([np.nan, np.inf], np.float32), np.array([np.inf, np.inf])
+  assert ref.mismatch(got, want, "float32", atol=1e30, overflow=True) == ""
+  assert ref.mismatch(got, want, "float32", atol=1e30) != ""
+  assert ref.mismatch(np.array([np.nan], np.float32), np.array([2.0]), "float32", overflow=True) == ""
