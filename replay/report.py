@@ -567,10 +567,19 @@ def _command(argv_json) -> str:
   return clean(text if len(text) <= 50 else text[:47] + "...")
 
 
+def _cell(value, width: int) -> str:
+  """A text column of a row as the database holds it, which may be NULL or not text in a damaged file."""
+  return "-" if value is None else str(value)[:width]
+
+
+def _clock(when) -> str:
+  try: return time.strftime("%H:%M:%S", time.localtime(when))
+  except (TypeError, ValueError, OverflowError, OSError): return "-"
+
+
 def captures_table(captures: list[dict], limit: int) -> str:
   """`replay list`: the captures (at most `limit`, 0: all)."""
-  rows = [[c["id"], c["run_id"], c["kind"], c["name"][:48], c["location"][:60],
-           time.strftime("%H:%M:%S", time.localtime(c["time"]))]
+  rows = [[c["id"], c["run_id"], c["kind"], _cell(c["name"], 48), _cell(c["location"], 60), _clock(c["time"])]
           for c in (captures if limit == 0 else captures[:limit])]
   text = clean(tabulate(rows, headers=["id", "run", "kind", "name", "location", "time"]))
   return text + (f"\n... {len(captures) - limit} more (--limit 0 shows all)" if limit and len(captures) > limit else "")

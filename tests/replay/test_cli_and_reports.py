@@ -276,3 +276,20 @@ def test_no_terminal_control_characters_from_a_database_reach_the_terminal(captu
     assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, (args, proc.stdout[:500])
     if args in (["list"], ["runs"], ["show", str(first)]):
       assert "\\x1b" in proc.stdout, args   # shown escaped, not dropped
+
+
+def test_rows_a_damaged_file_holds_with_null_or_mistyped_columns_still_list_and_show(tmp_path):
+  """SQLite keeps any value in any column: a file damaged by hand or by another tool may hold NULL names and
+  locations, a number for a name and text for a time. Browsing shows what is there, marked, without a traceback."""
+  import sqlite3
+  db = tmp_path / "r.db"
+  capture_workloads(db, "ref_add_const")
+  with sqlite3.connect(db) as conn:
+    first = conn.execute("SELECT min(id) FROM captures").fetchone()[0]
+    conn.execute("UPDATE captures SET name = NULL, location = NULL WHERE id = ?", (first,))
+    conn.execute("UPDATE captures SET name = 5, time = 'abc' WHERE id <> ?", (first,))
+  for args in (["list", "--limit", "0"], ["show", str(first)], ["runs"]):
+    proc = cli(*args, db=db)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr[-500:])
+  listed = cli("list", "--limit", "0", db=db).stdout
+  assert " - " in listed and " 5 " in listed
