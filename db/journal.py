@@ -13,7 +13,7 @@ one whose lock can be taken lost its folder: its captures may be in the database
 A record whose write a kill cut short fails its checksum and ends the segment: that call never returned.
 """
 from __future__ import annotations
-import json, os, struct, threading, zlib
+import json, os, stat, struct, threading, zlib
 from typing import Callable, Iterator, Optional
 try: import fcntl
 except ImportError: fcntl = None   # no advisory locks (Windows): captures are committed one by one instead
@@ -267,10 +267,13 @@ def fold_pending(store) -> tuple[int, list[tuple[int, str]]]:
 
 
 def _fold_segment(store, path: str, wait: bool) -> Optional[tuple[int, list[tuple[int, str]]]]:
-  """Fold one segment (None: its writer holds it)."""
-  try: fd = os.open(path, os.O_RDONLY)
+  """Fold one segment (None: its writer holds it). What is not a plain file is no segment a writer made (a link to a
+  device, a pipe, a folder): left alone, never read (a link to /dev/zero would be read forever, a pipe waited on)."""
+  try: fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
   except FileNotFoundError: return 0, []   # another process folded it
+  except OSError: return 0, []   # a link (ELOOP) or what cannot be opened for reading: not a segment
   try:
+    if not stat.S_ISREG(os.fstat(fd).st_mode): return 0, []
     try: fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError: return None
     try:

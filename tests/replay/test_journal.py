@@ -143,6 +143,25 @@ def test_a_damaged_segment_is_read_up_to_the_damage_and_never_fails_a_read(tmp_p
   assert store.capture_counts(run) == {"kernel": 1} and store.integrity_ok()
 
 
+def test_what_is_not_a_plain_file_in_the_pending_folder_is_left_alone(tmp_path):
+  """A segment name on a link to /dev/zero (read forever), a pipe (opened, it waits for a writer) or a folder: no
+  writer made these, and a read of the database neither hangs on them nor removes them."""
+  db = str(tmp_path / "r.db")
+  store = Store(db)
+  run = store.add_run(argv="[]")
+  pending = journal.pending_dir(db)
+  os.makedirs(pending)
+  strays = [os.path.join(pending, f"{name}.000001.sealed") for name in ("1-link", "2-pipe", "3-dir")]
+  os.symlink("/dev/zero", strays[0])
+  os.mkfifo(strays[1])
+  os.mkdir(strays[2])
+  with open(os.path.join(pending, "4-real.000001.sealed"), "wb") as f: f.write(_record(0, run).encode())
+  fold = f"from db import Store, journal; print(journal.fold_pending(Store({db!r})))"
+  proc = subprocess.run([sys.executable, "-c", fold], cwd=REPO, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0 and proc.stdout.strip() == "(1, [])", proc.stderr
+  assert all(os.path.lexists(p) for p in strays) and store.capture_counts(run) == {"kernel": 1}
+
+
 def test_a_forked_child_that_lives_on_does_not_hold_up_its_parents_fold(tmp_path):
   db = str(tmp_path / "r.db")
   program = textwrap.dedent("""
