@@ -270,6 +270,8 @@ class Store:
 
   def __init__(self, path: Optional[str] = None, create: bool = True):
     self.path = path or default_path()
+    if os.path.exists(self.path) and not os.path.isfile(self.path):   # a folder, a device, a pipe
+      raise StoreError(f"cannot open {self.path} as a replay database: it is not a regular file")
     if not create and (not os.path.exists(self.path) or os.path.getsize(self.path) == 0):
       # an empty file stays empty: reading commands never write a schema into it
       raise NoDatabase(f"no replay database at {self.path} (capture something first)")

@@ -79,29 +79,36 @@ class _Sink:
     with self.lock:
       if self.pid != os.getpid():   # a new process (or the first capture): a new run, new connections
         self.pid, self.local = os.getpid(), threading.local()
-        self.fold_store, self.fold_lock, self.timer, self.pending_since = None, threading.Lock(), None, None
-        env_run = os.getenv("REPLAY_RUN_ID")
-        self.joined = int(env_run) if env_run else None
-        # the command of the run this process makes (a large database preloads the blobs of its last run)
-        self.command = json.dumps(this_command()) if self.joined is None else None
-        store = self._thread_store()
-        self.journal = journal.Journal(store.path, store.known_blobs) if journal.available(store.path) else None
-        self.code, self.new_parts = _source_stamp(), []
-        self.part_shas = store.part_index(self.code) if self.code else {}
-        # the defaults of the compiler this process imported (the process that made the run may have imported another)
-        if self.joined is not None:
-          self.run_id = self.joined
-          store.set_run_flag_defaults(self.run_id, flag_defaults_json())
-        else:
-          self.run_id = store.add_run(**run_info(with_git=False, argv_json=self.command),
-                                      flag_defaults=flag_defaults_json())
-        # git takes a few milliseconds in a process of its own: the program goes on meanwhile, and a fold (or the exit)
-        # writes what it found
-        self.git = GitQuery() if self.joined is None else None
-        atexit.register(self._at_exit, os.getpid(), store, None if self.joined is not None else self.run_id)
-        self.ready = os.getpid()
+        try: self._start_run()
+        except BaseException:
+          self.pid = None   # the next capture tries again (and reports the same cause, not a half-made run)
+          raise
     assert self.run_id is not None
     return self._thread_store(), self.run_id
+
+  def _start_run(self) -> None:
+    """Set this process's run up: its connection, journal, part index, run row and git query."""
+    self.fold_store, self.fold_lock, self.timer, self.pending_since = None, threading.Lock(), None, None
+    env_run = os.getenv("REPLAY_RUN_ID")
+    self.joined = int(env_run) if env_run else None
+    # the command of the run this process makes (a large database preloads the blobs of its last run)
+    self.command = json.dumps(this_command()) if self.joined is None else None
+    store = self._thread_store()
+    self.journal = journal.Journal(store.path, store.known_blobs) if journal.available(store.path) else None
+    self.code, self.new_parts = _source_stamp(), []
+    self.part_shas = store.part_index(self.code) if self.code else {}
+    # the defaults of the compiler this process imported (the process that made the run may have imported another)
+    if self.joined is not None:
+      self.run_id = self.joined
+      store.set_run_flag_defaults(self.run_id, flag_defaults_json())
+    else:
+      self.run_id = store.add_run(**run_info(with_git=False, argv_json=self.command),
+                                  flag_defaults=flag_defaults_json())
+    # git takes a few milliseconds in a process of its own: the program goes on meanwhile, and a fold (or the exit)
+    # writes what it found
+    self.git = GitQuery() if self.joined is None else None
+    atexit.register(self._at_exit, os.getpid(), store, None if self.joined is not None else self.run_id)
+    self.ready = os.getpid()
 
   def _thread_store(self) -> Store:
     store = getattr(self.local, "store", None)

@@ -519,3 +519,18 @@ def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path):
   assert git_state(str(tmp_path)) == (head, 1)
   subprocess.run(["git", "checkout", "-q", "--detach"], cwd=tmp_path, check=True)
   assert git_state(str(tmp_path)) == (head, 1)
+
+
+def test_capturing_into_a_database_that_cannot_be_opened_names_why_once(tmp_path):
+  """The program runs on; the capture warning names the cause (here a folder where the database should be), not an
+  assertion from a run half set up, and each capture tries again."""
+  folder = tmp_path / "not-a-db"
+  folder.mkdir()
+  env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAY_DB": str(folder), "CAPTURE_PROCESS_REPLAY": "1"}
+  env.pop("PYTEST_CURRENT_TEST", None)
+  program = ("import numpy as np\nfrom scheduler import Tensor\n"
+             "for i in range(3): (Tensor(np.ones(4, np.float32)) + i).realize()\n")
+  proc = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr
+  lines = [line for line in proc.stderr.splitlines() if line.startswith("replay capture:")]
+  assert len(lines) == 1 and "is not a regular file" in lines[0] and "AssertionError" not in proc.stderr

@@ -469,3 +469,12 @@ def test_a_prune_keeps_the_members_a_kept_capture_refers_to_and_writes_a_mostly_
     _payload(4)
   s.delete_runs([keep])
   assert s.blob_count() == 0   # the pack goes with the last member a capture refers to
+
+
+def test_a_path_that_is_not_a_regular_file_is_named_as_such(tmp_path):
+  import os
+  os.mkfifo(tmp_path / "pipe")
+  (tmp_path / "folder").mkdir()
+  for path in (tmp_path / "pipe", tmp_path / "folder", "/dev/null"):
+    for create in (True, False):
+      with pytest.raises(StoreError, match="it is not a regular file"): Store(str(path), create=create)
