@@ -109,7 +109,9 @@ class Builder:
     scale, rtol = max([v.scale] + [o.scale for o in operands]), max([v.rtol] + [o.rtol for o in operands])
     zero = v.zero_constant or any(o.zero_constant for o in operands)
     summed = ("sum", "mean", "matmul", "conv2d", "avg_pool2d", "gather", "einsum", "cumsum") # one-hot sums, too
-    sign = v.zero_sign or any(o.zero_sign for o in operands) or op in summed or "Tensor([" in tensor_expr
+    # interpolate selects through gather's sum too: a -0.0 comes out +0.0 (seed 190:2304, then ** -0.5)
+    sign = v.zero_sign or any(o.zero_sign for o in operands) or op in summed or op == "interpolate" or \
+      "Tensor([" in tensor_expr
     # a value of unknown magnitude stays huge; a sum of huge terms carries their rounding error (seed 167:2399)
     huge_operands = [o for o in operands if o.huge and ref.is_float(o.dtype)]
     huge = (v.huge or bool(huge_operands)) and v.bound is None

@@ -251,3 +251,14 @@ def test_an_overflowed_sum_that_meets_an_infinity_may_be_nan():
   assert ref.mismatch(got, want, "float32", atol=1e30, overflow=True) == ""
   assert ref.mismatch(got, want, "float32", atol=1e30) != ""
   assert ref.mismatch(np.array([np.nan], np.float32), np.array([2.0]), "float32", overflow=True) == ""
+
+
+def test_interpolated_zeros_have_no_defined_sign():
+  """interpolate selects through gather's sum, so a -0.0 comes out +0.0: what follows it must not tell the two zeros
+  apart (seed 190:2304 took x ** -0.5 of an interpolated -0.0: +inf against the reference's -inf)."""
+  program = program_at(190, 2304)
+  assert "t2 = (t1 ** 0.5)" in program.tensor_source()   # the exponent is made positive, as after a gather
+  assert not judge(program, DEVICES_HERE)
+  builder = generate.Builder(SeededChoices(0), "values")
+  x = builder.input((1, 1, 3, 3), "float32", kind="special")
+  assert builder.interpolate(x).zero_sign and not x.zero_sign
