@@ -79,6 +79,12 @@ def _exact(bound: Optional[float], dtype: str) -> bool:
   return bound is not None and bound < EXACT_WHOLE.get(dtype, 0.0)
 
 
+def _arbitrary(v: Value) -> bool:
+  """Whether a float value's elements can be anything in their range (sin of an unbounded argument): a comparison or an
+  argmax of it is decided by rounding, not by the program."""
+  return ref.is_float(v.dtype) and math.isinf(v.scale)
+
+
 def _whole_in(v: Optional[Value], dtype: str) -> bool:
   """Whether every element of v is a whole number that float `dtype` holds exactly: an integral float, or an int."""
   return v is not None and _exact(v.bound, dtype) and (v.integral or ref.is_int(v.dtype) or v.dtype == "bool")
@@ -288,6 +294,10 @@ class Builder:
     if op in ("mul", "div") and (x.zero_constant or (y is not None and y.zero_constant)): op = "add"
     # and x * 0 folds to 0 where x is NaN or inf too (S13; seed 167: -log(0) * 0): a literal 0 multiplies finite values
     if op == "mul" and scalar and value == 0 and ref.is_float(out_base) and (x.nan or x.bound is None): op = "add"
+    # sin or cos of an unbounded value can be anything in [-1, 1] (scale inf): what compares it decides by rounding
+    # (seed 193:2427: sin(rsqrt(x)) < t, one of 16,387 flipped)
+    if op in ("lt", "eq", "ne", "gt", "where") and (_arbitrary(x) or (op != "where" and y is not None and
+                                                                      _arbitrary(y))): op = "add"
     if out_base == "bool" and op in ("add", "sub"): op = "xor"   # bool + and - are logic ops (or, xor), not numpy's
     rhs = repr(value) if scalar else f"t{y.name}"
     nrhs = f"ref.cast(np.array({value!r}), {out_base!r})" if scalar else f"n{y.name}"
@@ -357,7 +367,7 @@ class Builder:
     if op == "prod" and (magnitude is None or magnitude > 30
                          or (ref.is_int(ref.sum_dtype(x.dtype)) and magnitude > 15)):
       op = "sum"
-    if op == "argmax" and (not isinstance(axis_arg, int) or x.dtype == "bool"): op = "sum"
+    if op == "argmax" and (not isinstance(axis_arg, int) or x.dtype == "bool" or _arbitrary(x)): op = "sum"
     int_sum = op == "sum" and ref.is_int(ref.sum_dtype(x.dtype))
     if int_sum and (x.bound is None or x.bound * count > self._int_max(ref.sum_dtype(x.dtype))):
       op = "max" if not x.nan and count > 0 else "mean"
