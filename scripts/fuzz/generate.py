@@ -294,6 +294,10 @@ class Builder:
     if op in ("mul", "div") and (x.zero_constant or (y is not None and y.zero_constant)): op = "add"
     # and x * 0 folds to 0 where x is NaN or inf too (S13; seed 167: -log(0) * 0): a literal 0 multiplies finite values
     if op == "mul" and scalar and value == 0 and ref.is_float(out_base) and (x.nan or x.bound is None): op = "add"
+    # float x % c is x - (x // c) * c, and a constant c of 0 folds the product to 0 (S13): x % 0 is x where a tensor of
+    # zeros gives NaN (seed 194:1928); a 0-d tensor is a constant too. Floor division by them is defined alike.
+    if op == "mod" and ref.is_float(out_base) and ((scalar and value == 0) or
+                                                   (y is not None and (y.zero_constant or y.shape == ()))): op = "idiv"
     # sin or cos of an unbounded value can be anything in [-1, 1] (scale inf): what compares it decides by rounding
     # (seed 193:2427: sin(rsqrt(x)) < t, one of 16,387 flipped)
     if op in ("lt", "eq", "ne", "gt", "where") and (_arbitrary(x) or (op != "where" and y is not None and

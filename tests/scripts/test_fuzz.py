@@ -273,3 +273,11 @@ def test_what_can_be_anything_in_its_range_is_not_compared():
   comparisons = [line for index in range(300) for line in program_at(100, index).tensor_lines
                  if any(f" {sym} " in line for sym in ("<", ">", "==", "!="))]
   assert len(comparisons) > 20   # comparisons of everything else stay
+
+
+def test_float_modulo_by_a_constant_zero_is_not_generated():
+  """x % c is x - (x // c) * c, and a constant c of 0 folds the product to 0 (S13): x % 0 is x, where a tensor of
+  zeros gives NaN as numpy does (seed 194:1928). Such a % is drawn as // instead, which both define alike."""
+  program = program_at(194, 1928)
+  assert "t2 = (t1 // 0)" in program.tensor_source()
+  assert not judge(program, DEVICES_HERE)
