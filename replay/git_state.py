@@ -55,10 +55,12 @@ class GitQuery:
   def __init__(self, cwd: Optional[str] = None):
     self.started, self.started_ns = time.monotonic(), time.time_ns()
     self.cwd, self.proc, self.tracked = cwd, None, None
-    try: self.repo = Repository.around(cwd)
-    except OSError: self.repo = None   # the working directory is gone: git answers that
-    self.cache = self.repo.read_cache() if self.repo is not None else None
-    self.answer = self.repo.cached_answer(self.cache) if self.repo is not None else None
+    try:
+      self.repo = Repository.around(cwd)
+      self.cache = self.repo.read_cache() if self.repo is not None else None
+      self.answer = self.repo.cached_answer(self.cache) if self.repo is not None else None
+    except Exception:   # the working directory is gone, or the cache is unreadable in a way not foreseen: git answers
+      self.repo, self.cache, self.answer = None, None, None
     if self.answer is not None: return
     import subprocess   # here: a process that does not capture never starts one
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL, "stdin": subprocess.DEVNULL, "cwd": cwd}
