@@ -111,3 +111,11 @@ def test_a_damaged_cache_is_asked_around(repo):
     with open(path, "w") as fh: fh.write(damage)
     query, answer = _ask(repo)
     assert query.proc is not None and answer == gs.git_state(str(repo))
+
+
+def test_a_cache_lookup_that_fails_unforeseen_asks_git(repo, monkeypatch):
+  _ask(repo)
+  def broken(self, cache): raise AttributeError("'list' object has no attribute 'items'")
+  monkeypatch.setattr(gs.Repository, "cached_answer", broken)
+  query, answer = _ask(repo)
+  assert query.proc is not None and answer == gs.git_state(str(repo))
