@@ -21,7 +21,7 @@ GIT_STATUS = ["git", "--no-optional-locks", "status", "--porcelain=v2", "--branc
 GIT_TRACKED = ["git", "--no-optional-locks", "ls-files", "-z", "--stage"]
 GIT_TIMEOUT = 10
 RACY_SECONDS = 2.0
-MAX_CACHED_FILES = 5000   # beyond that, git's own walk over the files costs less than checking them here
+MAX_CACHED_FILES = 1000   # checking a file here costs about 2.6 us: beyond this many, git itself costs less
 CACHE_VERSION = 1
 # variables that move the repository, its work tree or index, or add config the files watched here do not hold
 _GIT_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",

@@ -119,3 +119,8 @@ def test_a_cache_lookup_that_fails_unforeseen_asks_git(repo, monkeypatch):
   monkeypatch.setattr(gs.Repository, "cached_answer", broken)
   query, answer = _ask(repo)
   assert query.proc is not None and answer == gs.git_state(str(repo))
+
+
+def test_a_repository_with_more_files_than_a_check_is_worth_is_always_asked(repo, monkeypatch):
+  monkeypatch.setattr(gs, "MAX_CACHED_FILES", 1)   # the fixture's repository tracks two
+  for _ in range(2): assert _ask(repo)[0].proc is not None
