@@ -270,8 +270,7 @@ def _fold_segment(store, path: str, wait: bool) -> Optional[tuple[int, list[tupl
   """Fold one segment (None: its writer holds it). What is not a plain file is no segment a writer made (a link to a
   device, a pipe, a folder): left alone, never read (a link to /dev/zero would be read forever, a pipe waited on)."""
   try: fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-  except FileNotFoundError: return 0, []   # another process folded it
-  except OSError: return 0, []   # a link (ELOOP) or what cannot be opened for reading: not a segment
+  except OSError: return 0, []   # another process folded it, or a link (ELOOP) or what cannot be read: not a segment
   try:
     if not stat.S_ISREG(os.fstat(fd).st_mode): return 0, []
     try: fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))

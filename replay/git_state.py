@@ -10,11 +10,13 @@ The cache is sound because every change to a file sets its change time (`ctime`)
 program can set it back: an answer is only kept when everything it depends on was last changed well before git started
 (`RACY_SECONDS`), so whatever changes after git read it has a newer change time than the cache holds. A repository whose
 state git also takes from elsewhere (a `GIT_*` variable that moves the repository or the config, config includes, a
-separate work tree, submodules, the reftable format) is always asked of git.
+separate work tree, submodules, the reftable format) is always asked of git. The cache is `git-state.json` in the
+harness's cache folder of the repository (`replay/revisions.py`: REPLAY_CACHE_DIR, default `.replay/`).
 """
 from __future__ import annotations
-import hashlib, json, os, time
+import json, os, pathlib, time
 from typing import Any, Optional
+from replay.revisions import cache_root
 
 # --no-optional-locks: a status in the background must not take the index lock a git command of the user then misses
 GIT_STATUS = ["git", "--no-optional-locks", "status", "--porcelain=v2", "--branch", "--untracked-files=no"]
@@ -54,7 +56,7 @@ class GitQuery:
   interpreter from the program a few hundred times)."""
   def __init__(self, cwd: Optional[str] = None):
     self.started, self.started_ns = time.monotonic(), time.time_ns()
-    self.cwd, self.proc, self.tracked = cwd, None, None
+    self.proc, self.tracked = None, None
     try:
       self.repo = Repository.around(cwd)
       self.cache = self.repo.read_cache() if self.repo is not None else None
@@ -91,8 +93,8 @@ class GitQuery:
       return self.answer
     self.answer = git_answer(self.proc.returncode, stdout)
     if self.repo is not None and self.answer[0] is not None:
-      paths = self.repo.paths_from(self.cache)
-      if listed is not None and self.tracked.returncode == 0: paths = _tracked_paths(listed)
+      listed_ok = listed is not None and self.tracked.returncode == 0
+      paths = _tracked_paths(listed) if listed_ok else self.repo.paths_from(self.cache)
       try: self.repo.write_cache(self.answer, paths, self.started_ns)
       except (OSError, ValueError): pass   # the next run asks git again
     return self.answer
@@ -121,9 +123,8 @@ class Repository:
   it shares refs and config with (a linked work tree's main repository)."""
   def __init__(self, root: str, git_dir: str, common_dir: str):
     self.root, self.git_dir, self.common_dir = root, git_dir, common_dir
-    name = hashlib.sha256(os.path.realpath(git_dir).encode()).hexdigest()[:32]
-    cache_home = os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    self.cache_path = os.path.join(cache_home, "process-replay", "git-state", name + ".json")
+    # one per work tree; a cache folder several repositories share holds the last one's (`root` tells them apart)
+    self.cache_path = str(cache_root(pathlib.Path(root)) / "git-state.json")
 
   @staticmethod
   def around(cwd: Optional[str] = None) -> Optional["Repository"]:

@@ -8,7 +8,7 @@ GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
-  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+  monkeypatch.delenv("REPLAY_CACHE_DIR", raising=False)   # the cache goes into each work tree's .replay/
   monkeypatch.setattr(gs, "RACY_SECONDS", 0.0)   # files made just now count as settled (one test sets it back)
   for name in gs._GIT_ENV: monkeypatch.delenv(name, raising=False)
   work = tmp_path / "work"
@@ -85,7 +85,7 @@ def test_repositories_git_finds_by_more_than_their_files_are_always_asked(repo, 
   assert gs.GitQuery(str(tmp_path)).result(wait=True) == (None, None)
 
 
-def test_a_submodule_keeps_the_repository_out_of_the_cache(repo):
+def test_a_submodule_keeps_the_repository_out_of_the_cache():
   listed = b"100644 " + b"0" * 40 + b" 0\ta.txt\x00160000 " + b"1" * 40 + b" 0\tlib\x00"
   assert gs._tracked_paths(listed) is None
   assert gs._tracked_paths(listed.split(b"\x00")[0] + b"\x00") == ["a.txt"]
