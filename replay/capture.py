@@ -391,6 +391,17 @@ def _source_stamp() -> str:
   except (sut.NoContract, OSError): return ""   # no index: every part is pickled
 
 
+# the kind of each kernel AST pickled in this process, by its part's sha256 (finding it walks the whole AST)
+_kinds: dict[str, str] = {}
+
+
+def _kind(ast, sha: str) -> str:
+  """The kernel's kind (`E`, `r`, a meta op), found once per AST."""
+  kind = _kinds.get(sha)
+  if kind is None: kind = _kinds[sha] = _contract().kernel_kind(ast)
+  return kind
+
+
 # the kernel parts of the last few schedules: a training loop schedules the same kernels every step
 _schedule_outputs: dict[tuple, tuple[dict[str, bytes], str, list[str]]] = {}
 SCHEDULE_MEMO = 32
@@ -403,7 +414,7 @@ def _schedule_output(asts: list, var_vals: dict) -> tuple[dict[str, bytes], str,
   if (hit := _schedule_outputs.get(key)) is not None: return hit
   if len(_schedule_outputs) >= SCHEDULE_MEMO: _schedule_outputs.pop(next(iter(_schedule_outputs)))
   ast_parts = [ast_part(a) for a in asts]
-  kinds = ",".join(sorted({_contract().kernel_kind(a) for a in asts}))
+  kinds = ",".join(sorted({_kind(a, sha) for a, (sha, _) in zip(asts, ast_parts)}))
   hit = _schedule_outputs[key] = (dict(ast_parts), f"{len(asts)} kernels" + (f": {kinds}" if asts else ""),
                                   [sha for sha, _ in ast_parts])
   return hit
