@@ -6,6 +6,7 @@ Sits between the scheduler and the runtimes.
 from __future__ import annotations
 from typing import Callable
 from scheduler.device import Device, Buffer
+from scheduler.helpers import collection_paused
 from scheduler.ops import UOp, Ops
 from scheduler.codegen.naming import kernel_name
 
@@ -53,7 +54,10 @@ def compile_ahead(schedule: list) -> None:
 
 
 def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None) -> None:
-  var_vals = var_vals or {}
+  with collection_paused(): _run_schedule(schedule, var_vals or {})
+
+
+def _run_schedule(schedule: list, var_vals: dict[UOp, int]) -> None:
   compile_ahead(schedule)
   written_here = {id(si.bufs[0]) for si in schedule}   # an item may read a buffer's old contents before its writer
   for si in schedule:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 from dataclasses import dataclass
 from scheduler import hooks
+from scheduler.helpers import collection_paused
 from scheduler.codegen.naming import kernel_kind
 from scheduler.ops import UOp, Ops, buffers
 from scheduler.sched_simplify import simplify_tensor_graph
@@ -35,7 +36,7 @@ class ScheduleItem:
 
 def create_schedule_with_vars(big_sink: UOp) -> tuple[list[ScheduleItem], dict[UOp, int], dict[UOp, UOp]]:
   """S2: (schedule items in order, variable values, what each tensor node becomes)."""
-  with hooks.capture_point("schedule", big_sink) as cap:
+  with collection_paused(), hooks.capture_point("schedule", big_sink) as cap:
     result = _schedule(big_sink)
     cap.set_output(([si.ast for si in result[0]], result[1]))
   return result

@@ -15,7 +15,7 @@ from scheduler.dtype import (DType, dtypes, ConstType, least_upper_dtype, to_dty
                              truncate_const, bf16_to_float32, float32_to_bf16)
 from scheduler.gradient import compute_gradient
 from scheduler.helpers import (all_int, all_same, fully_flatten, prod, Context, Metadata, TRACEMETA,
-                               CAPTURE_PROCESS_REPLAY)
+                               CAPTURE_PROCESS_REPLAY, collection_paused)
 from scheduler.ops import UOp, Ops, resolve, smax, all_metadata
 
 # every live tensor, so that scheduling can point them at the buffers their values now live in (S56)
@@ -312,7 +312,8 @@ class TensorBase:
 
   def schedule_with_vars(self, *more: TensorBase) -> tuple[list, dict[UOp, int]]:
     from scheduler.schedule import create_schedule_with_vars   # schedule.py sits above the frontend
-    items, var_vals, becomes = create_schedule_with_vars(UOp.sink(*(t.lazydata for t in (self, *more))))
+    with collection_paused():
+      items, var_vals, becomes = create_schedule_with_vars(UOp.sink(*(t.lazydata for t in (self, *more))))
     for si in items: si.bufs[0].pending_write = True   # each item writes its first buffer; tensors point there now
     apply_becomes_map(becomes)
     # a draw advances its device's generator counter: a later draw that reads it before this schedule ran is told so
@@ -331,8 +332,8 @@ class TensorBase:
     pending = [t for t in (self, *more) if not t.lazydata.is_realized]
     if pending:
       label = "realize " + " ".join(f"{t.dtype.name}{list(t.shape)}" for t in pending)
-      with hooks.capture_point("exec", UOp.sink(*(t.lazydata for t in pending)), name=label,
-                               outputs=lambda: [_describe(t) for t in pending]) as cap:
+      with collection_paused(), hooks.capture_point("exec", UOp.sink(*(t.lazydata for t in pending)), name=label,
+                                                    outputs=lambda: [_describe(t) for t in pending]) as cap:
         run_schedule(*pending[0].schedule_with_vars(*pending[1:]))
         cap.set_output(lambda: _read_back(pending))
     return self

@@ -1,0 +1,50 @@
+"""The cyclic garbage collector is off while the compiler schedules and runs a realize, and as it was afterwards."""
+import gc
+import numpy as np
+import pytest
+from scheduler import Tensor
+from scheduler.helpers import collection_paused
+from scheduler.realize import run_schedule
+import scheduler.schedule as schedule_module
+
+
+@pytest.fixture(autouse=True)
+def collector_on():
+  was = gc.isenabled()
+  gc.enable()
+  yield
+  (gc.enable if was else gc.disable)()
+
+
+def test_block_pauses_and_resumes():
+  with collection_paused():
+    assert not gc.isenabled()
+    with collection_paused(): assert not gc.isenabled()
+    assert not gc.isenabled()   # the inner block did not switch it on under the outer one
+  assert gc.isenabled()
+
+
+def test_a_collector_switched_off_stays_off():
+  gc.disable()
+  with collection_paused(): pass
+  assert not gc.isenabled()
+
+
+def test_resumed_after_an_error():
+  with pytest.raises(ValueError):
+    with collection_paused(): raise ValueError("inside")
+  assert gc.isenabled()
+
+
+def test_scheduling_and_running_are_paused(monkeypatch):
+  seen = []
+  schedule_inner = schedule_module._schedule
+  monkeypatch.setattr(schedule_module, "_schedule", lambda sink: (seen.append(gc.isenabled()), schedule_inner(sink))[1])
+  a = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+  out = (a * 2).sum(1)
+  np.testing.assert_array_equal(out.numpy(), [6, 24])
+  items = (a + 1).schedule()
+  assert gc.isenabled()
+  run_schedule(items)
+  assert seen == [False, False] and gc.isenabled()
+
