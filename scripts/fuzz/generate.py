@@ -66,6 +66,9 @@ class Value:
                               # where the reference ends finite (seed 180:599: inf against 3.15e38)
   integral: bool = False      # a float whose every element is a whole number the dtype holds exactly (floor of a
                               # bounded value): % and // of such values are exact, away from their jumps
+  faint: bool = False         # may hold elements within rounding of zero whose sign, or whether they are zero at all,
+                              # the dtype does not decide: gelu of a large negative input is a tiny negative, and the
+                              # device's tanh saturates it to 0 (seed 199:599: gelu(x) ** 1.5, NaN against 0)
 
 
 def _numel(shape: tuple) -> int: return math.prod(shape)
@@ -77,6 +80,24 @@ EXACT_WHOLE = {"float16": 2.0 ** 11, "bfloat16": 2.0 ** 8, "float32": 2.0 ** 24,
 
 def _exact(bound: Optional[float], dtype: str) -> bool:
   return bound is not None and bound < EXACT_WHOLE.get(dtype, 0.0)
+
+
+# gelu, quick_gelu and silu of inputs beyond these magnitudes may come out as 0 where the exact value is a tiny
+# negative (gelu's 1 + tanh(y) loses everything below the dtype's epsilon), and sigmoid as 0 where it is a tiny positive
+FAINT_FROM = {"float16": 2.0, "bfloat16": 1.5, "float32": 4.0, "float64": 6.0}
+SIGMOID_UNDERFLOW = {"float16": 10.0, "bfloat16": 80.0, "float32": 80.0, "float64": 700.0}
+# what a value near zero has no say in: these map all of it to about one value away from zero
+_CLEARS_FAINT = frozenset({"exp", "exp2", "cos", "sigmoid", "hardsigmoid", "softplus"})
+# what a value near zero decides by its sign or by being zero (NaN or a real, -inf or a real, -1, 0 or 1)
+_FAINT_SENSITIVE = frozenset({"log", "log2", "sqrt", "rsqrt", "reciprocal", "floor", "ceil", "trunc", "round", "sign"})
+
+
+def _faint_after(op: str, x: "Value", dtype: str) -> bool:
+  """Whether unary `op` of x may leave elements within rounding of zero whose sign the dtype does not decide."""
+  if not ref.is_float(dtype): return False
+  if op in ("gelu", "quick_gelu", "silu"): return x.bound is None or x.bound > FAINT_FROM.get(dtype, 2.0)
+  if op == "sigmoid": return x.bound is None or x.bound > SIGMOID_UNDERFLOW.get(dtype, 10.0)
+  return False
 
 
 def _arbitrary(v: Value) -> bool:
@@ -125,10 +146,12 @@ class Builder:
       scale = max([scale] + [ref.special_big(o.dtype) for o in huge_operands])
     overflows = ref.is_float(v.dtype) and (v.overflows or any(o.overflows for o in operands)
                                            or (op in summed and bool(huge_operands)))
-    if (scale, rtol, zero, sign, huge, overflows) != (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge,
-                                                      v.overflows):
+    # near-zero elements of unknown sign stay so through what moves, scales, sums or casts them
+    faint = ref.is_float(v.dtype) and (v.faint or (op not in _CLEARS_FAINT and any(o.faint for o in operands)))
+    if (scale, rtol, zero, sign, huge, overflows, faint) != (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge,
+                                                             v.overflows, v.faint):
       self.values[int(v.name)] = v = replace(v, scale=scale, rtol=rtol, zero_constant=zero, zero_sign=sign, huge=huge,
-                                             overflows=overflows)
+                                             overflows=overflows, faint=faint)
     return v
 
   # ***** shapes *****
@@ -230,6 +253,7 @@ class Builder:
            "sign"]
     if not x.nan: ops.append("relu")
     if x.zero_sign: ops = [o for o in ops if o not in ("reciprocal", "rsqrt")]   # 1/+0 and 1/-0 differ
+    if x.faint: ops = [o for o in ops if o not in _FAINT_SENSITIVE]
     if ref.is_int(x.dtype) or x.dtype == "bool":
       ops = ["neg", "abs"] if x.dtype not in ("bool",) and not x.dtype.startswith("u") and x.bound is not None and \
         x.bound < ref.int_range(x.dtype)[1] else ["exp", "sqrt", "sin"]
@@ -252,6 +276,7 @@ class Builder:
     scale = {"sin": carried, "cos": carried, "exp": carried * (bound or 1e3),
              "exp2": carried * (bound or 1e3)}.get(op, bound or 1.0)
     v = self.new(x.shape, out, bound if not nan else None, nan=nan, terms=x.terms, scale=scale)
+    if _faint_after(op, x, out): v = self.values[int(v.name)] = replace(v, faint=True)
     if op in ("floor", "ceil", "trunc", "round") and not nan and _exact(v.bound, out):
       v = self.values[int(v.name)] = replace(v, integral=True)
     return self.emit(v, f"t{x.name}.{op}()", f"ref.unary({op!r}, n{x.name}, {out!r})", op)
@@ -302,6 +327,12 @@ class Builder:
     # (seed 193:2427: sin(rsqrt(x)) < t, one of 16,387 flipped)
     if op in ("lt", "eq", "ne", "gt", "where") and (_arbitrary(x) or (op != "where" and y is not None and
                                                                       _arbitrary(y))): op = "add"
+    # a near-zero element of unknown sign compares with 0 (or a near-zero partner) by rounding, and divides into an
+    # infinity or a huge value of either sign
+    if op in ("lt", "eq", "ne", "gt") and (x.faint or (y is not None and y.faint)): op = "add"
+    if op == "div" and (x.faint or (y is not None and y.faint)): op = "mul"   # and a faint x / 0: -inf against NaN
+    if op == "mul" and y is not None and ((x.faint and y.bound is None) or (y.faint and x.bound is None)):
+      op = "add"   # times an infinity: -inf against NaN
     if out_base == "bool" and op in ("add", "sub"): op = "xor"   # bool + and - are logic ops (or, xor), not numpy's
     rhs = repr(value) if scalar else f"t{y.name}"
     nrhs = f"ref.cast(np.array({value!r}), {out_base!r})" if scalar else f"n{y.name}"
@@ -371,7 +402,7 @@ class Builder:
     if op == "prod" and (magnitude is None or magnitude > 30
                          or (ref.is_int(ref.sum_dtype(x.dtype)) and magnitude > 15)):
       op = "sum"
-    if op == "argmax" and (not isinstance(axis_arg, int) or x.dtype == "bool" or _arbitrary(x)): op = "sum"
+    if op == "argmax" and (not isinstance(axis_arg, int) or x.dtype == "bool" or _arbitrary(x) or x.faint): op = "sum"
     int_sum = op == "sum" and ref.is_int(ref.sum_dtype(x.dtype))
     if int_sum and (x.bound is None or x.bound * count > self._int_max(ref.sum_dtype(x.dtype))):
       op = "max" if not x.nan and count > 0 else "mean"
@@ -548,6 +579,7 @@ class Builder:
     if signed_int and (x.bound is None or x.bound > ref.int_range(target)[1]):
       target = "int64" if not x.dtype == "uint64" else "float64"
     if target == "float16" and (x.bound is None or x.bound > 60000): target = "float32"
+    if target == "bool" and x.faint: target = "float32"   # a tiny negative is True, a 0 False
     bound = x.bound if target != "bool" else 1.0
     if ref.is_int(target) and target.startswith("u") and ref.is_int(x.dtype) and x.dtype[0] != "u":
       bound = self._int_max(target)
@@ -579,6 +611,8 @@ class Builder:
     """x ** c for a python constant c (powers of negative bases with fractional c are NaN on both sides)."""
     exponent = self.c.choice([2, 3, 0.5, -1, -0.5, 1.5, -2, 0, 2.5, 5])
     if exponent < 0 and x.zero_sign: exponent = -exponent   # 1/+0 and 1/-0 differ (seed 164: a padded conv's zeros)
+    # a root or reciprocal of a tiny negative is NaN or huge, of 0 it is 0 or inf (seed 199:599)
+    if x.faint and (exponent < 0 or exponent != int(exponent)): exponent = 2
     bound = None if x.bound is None or exponent < 0 else (max(x.bound, 1.0) ** exponent)
     if bound is not None and x.dtype == "float16" and bound > 60000: bound = None
     nan = x.nan or bound is None or exponent != int(exponent)
