@@ -312,10 +312,10 @@ class TensorBase:
 
   def schedule_with_vars(self, *more: TensorBase) -> tuple[list, dict[UOp, int]]:
     from scheduler.schedule import create_schedule_with_vars   # schedule.py sits above the frontend
-    with collection_paused():
+    with collection_paused():   # pointing every live tensor at its result walks them all
       items, var_vals, becomes = create_schedule_with_vars(UOp.sink(*(t.lazydata for t in (self, *more))))
-    for si in items: si.bufs[0].pending_write = True   # each item writes its first buffer; tensors point there now
-    apply_becomes_map(becomes)
+      for si in items: si.bufs[0].pending_write = True   # each item writes its first buffer; tensors point there now
+      apply_becomes_map(becomes)
     # a draw advances its device's generator counter: a later draw that reads it before this schedule ran is told so
     for counter in getattr(type(self), "_device_rng_counters", {}).values():
       if (base := counter.lazydata.base).op is Ops.BUFFER and base.buffer.pending_write:
