@@ -187,9 +187,9 @@ def unwrap(value: T | None) -> T:
 class collection_paused:
   """A block of the compiler's own work (scheduling, lowering, running a schedule) with Python's cyclic garbage
   collector off, switched on again at its end if it was on when the block began (a block inside another does
-  nothing). Graph nodes that cache their own toposort are in reference cycles, and a realize makes tens of thousands
-  of them: the collector ran every few hundred allocations, re-scanned every live node each time, and found little to
-  free (a tenth of the corpus run went to it). Garbage the block leaves is collected after it."""
+  nothing). Graph nodes that cache their own toposort are in reference cycles, which only the collector frees; inside
+  a realize it ran every few hundred allocations, re-scanned every live node each time, and found little to free (a
+  tenth of the corpus run went to it). Garbage the block leaves is collected after it."""
   __slots__ = ("resume",)
 
   def __enter__(self) -> None:
