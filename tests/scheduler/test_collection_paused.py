@@ -5,6 +5,7 @@ import pytest
 from scheduler import Tensor
 from scheduler.helpers import collection_paused
 from scheduler.realize import run_schedule
+import scheduler.realize as realize_module
 import scheduler.schedule as schedule_module
 
 
@@ -37,14 +38,17 @@ def test_resumed_after_an_error():
 
 
 def test_scheduling_and_running_are_paused(monkeypatch):
-  seen = []
-  schedule_inner = schedule_module._schedule
-  monkeypatch.setattr(schedule_module, "_schedule", lambda sink: (seen.append(gc.isenabled()), schedule_inner(sink))[1])
+  scheduled, compiled = [], []
+  schedule_inner, compile_inner = schedule_module._schedule, realize_module.compile_ahead
+  monkeypatch.setattr(schedule_module, "_schedule",
+                      lambda sink: (scheduled.append(gc.isenabled()), schedule_inner(sink))[1])
+  monkeypatch.setattr(realize_module, "compile_ahead",
+                      lambda items: (compiled.append(gc.isenabled()), compile_inner(items))[1])
   a = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
   out = (a * 2).sum(1)
   np.testing.assert_array_equal(out.numpy(), [6, 24])
   items = (a + 1).schedule()
   assert gc.isenabled()
-  run_schedule(items)
-  assert seen == [False, False] and gc.isenabled()
+  run_schedule(items)   # run directly, outside a realize
+  assert scheduled == [False, False] and compiled == [False, False] and gc.isenabled()
 
