@@ -290,8 +290,10 @@ def location() -> str:
 
 
 # id of a code object -> (the code, the name to show for its file or None inside the compiler or harness, and for a
-# code outside them its lines by instruction offset): keyed by id because hashing a code object hashes its bytecode and
-# constants, on every lookup (the entry holds the code, so its id is not reused while the entry lives)
+# code outside them its places (file, line, function) by instruction offset): keyed by id because hashing a code object
+# hashes its bytecode and constants, on every lookup (the entry holds the code, so its id is not reused while the entry
+# lives). Each place is one tuple that every tensor made there shares: a tuple made per call would be one more object
+# for the garbage collector to count and scan per tensor the program makes
 _frame_names: dict[int, tuple] = {}
 
 
@@ -308,9 +310,9 @@ def code_frame(start=None) -> Optional[tuple[str, int, str]]:
       if len(names) > 100_000: names.clear()   # programs that make code objects at run time
       entry = names[id(code)] = (code, _outside_name(code.co_filename), {})
     if entry[1] is not None:
-      lines, offset = entry[2], frame.f_lasti
-      if (line := lines.get(offset)) is None: line = lines[offset] = frame.f_lineno
-      return entry[1], line, code.co_name
+      places, offset = entry[2], frame.f_lasti
+      if (place := places.get(offset)) is None: place = places[offset] = (entry[1], frame.f_lineno, code.co_name)
+      return place
     frame = frame.f_back
   return None
 
