@@ -12,7 +12,7 @@ Semantics decided here (and documented in the README's fuzzing section):
   behaviour is comparison-based in the reference and differs from numpy's).
 """
 from __future__ import annotations
-import sys
+import math, sys
 import numpy as np
 
 # one step widenings of the promotion lattice (JAX's, as the reference uses)
@@ -50,6 +50,12 @@ def float_of(name: str) -> str: return name if is_float(name) else "float32"
 def int_range(name: str) -> tuple[int, int]:
   info = np.iinfo(np.dtype(name))
   return int(info.min), int(info.max)
+
+
+def largest(dtype: str) -> float:
+  """The largest finite value of a float dtype (infinity for any other)."""
+  if dtype == "bfloat16": return 3.3895313892515355e38
+  return float(np.finfo(np.dtype(dtype)).max) if is_float(dtype) else math.inf
 
 
 def special_big(dtype: str) -> float:
@@ -397,7 +403,9 @@ def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float =
   """'' when `actual` equals `expected` under the dtype's policy (ints and bools exact, floats close, NaN and
   infinities equal to themselves); else a one-line description of the first difference. With `scaled`, atol is
   relative to the largest finite |expected| (finite differences lose digits of small entries next to large ones); with
-  `overflow`, an infinity or NaN may stand for a finite expected value (a sum of huge values overflowed on the way)."""
+  `overflow`, an infinity or NaN may stand for a finite expected value (a sum of huge values overflowed on the way), and
+  a finite value for an expected infinity or NaN (rounding kept an element at the largest finite value where the
+  reference's passed it)."""
   actual, expected = np.asarray(actual), np.asarray(expected)
   if scaled and atol and expected.size and np.isfinite(expected).any():
     atol = atol * max(1.0, float(np.max(np.abs(expected[np.isfinite(expected)]))))
@@ -412,12 +420,14 @@ def mismatch(actual: np.ndarray, expected: np.ndarray, dtype: str, rtol: float =
     with np.errstate(all="ignore"):
       close = (a == e) | (np.isnan(a) & np.isnan(e)) | (np.isfinite(e) & (np.abs(a - e) <= atol + rtol * np.abs(e)))
       # within rtol of the largest finite value, rounding decides between it and infinity
-      largest = float(np.finfo(np.dtype(dtype)).max)
+      top = largest(dtype)
       lower, upper = np.minimum(np.abs(a), np.abs(e)), np.maximum(np.abs(a), np.abs(e))
-      close |= (np.sign(a) == np.sign(e)) & (lower >= largest / (1 + rtol)) & np.isinf(upper)
+      close |= (np.sign(a) == np.sign(e)) & (lower >= top / (1 + rtol)) & np.isinf(upper)
       # a sum of huge values may overflow in a partial sum that the reference's float64 holds (and an overflowed partial
-      # sum meets an infinity of the other sign: NaN where the reference has that infinity)
-      if overflow: close |= (~np.isfinite(a) & np.isfinite(e)) | (np.isnan(a) & np.isinf(e))
+      # sum meets an infinity of the other sign: NaN where the reference has that infinity); an element rounding kept
+      # finite on one side and not on the other went on into later ops
+      if overflow:
+        close |= (np.isfinite(a) != np.isfinite(e)) | (np.isnan(a) & np.isinf(e)) | (np.isinf(a) & np.isnan(e))
     bad = np.argwhere(~close)
   if len(bad) == 0: return ""
   where = tuple(int(i) for i in bad[0])

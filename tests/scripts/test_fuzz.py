@@ -220,6 +220,25 @@ def test_a_sum_of_huge_special_inputs_may_overflow_where_the_reference_ends_fini
   assert ref.mismatch(np.array([np.inf], np.float32), np.array([3.1e38]), "float32", atol=1e34) != ""
 
 
+def test_a_result_past_the_largest_finite_value_may_be_finite_on_one_side_only():
+  """A power of bounded float16 values may pass 65,504: rounding then decides, element by element, between the largest
+  finite value and an infinity, and the device's rounding of the operands differs from the reference's (seed 201:519:
+  9.19 ** 5 on the device, 9.195 ** 5 in the reference, then a matmul: -85,578 against -inf). Such a value, and what is
+  computed from it, may be finite where the reference is not, and the other way round."""
+  program = program_at(201, 519)
+  assert not judge(program, DEVICES_HERE)
+  builder = generate.Builder(SeededChoices(0), "values")
+  x = builder.input((3, 4), "float16", kind="normal")
+  wide = builder.emit(builder.new(x.shape, "float16", None, nan=True), f"(t{x.name} ** 5)", f"n{x.name} ** 5", "pow")
+  small = builder.emit(builder.new(x.shape, "float16", 243.0), f"(t{x.name} ** 5)", f"n{x.name} ** 5", "pow")
+  assert wide.overflows and not small.overflows
+  got, want = np.array([-85578.35, 1.0], np.float32), np.array([-np.inf, 1.0])
+  assert ref.mismatch(got, want, "float32", overflow=True) == ""
+  assert ref.mismatch(got, want, "float32") != ""
+  # finite elements on both sides compare as before
+  assert ref.mismatch(np.array([-85578.35, 2.0], np.float32), want, "float32", overflow=True) != ""
+
+
 def test_few_checks_are_relaxed_to_the_rounding_of_huge_inputs():
   """Only values summed from special inputs lose their finite comparison (and may overflow): the rest keep the
   reference's precision."""
