@@ -6,7 +6,7 @@ records the point's inputs and outputs once the captured call returns.
 """
 from __future__ import annotations
 from typing import Any
-from scheduler.helpers import CAPTURE_PROCESS_REPLAY
+from scheduler.helpers import CAPTURE_PROCESS_REPLAY, collection_paused
 
 
 class _NoCapture:
@@ -21,22 +21,25 @@ def capture_point(kind: str, *inputs: Any, **meta: Any):
   """Context manager around one captured call:
   `with capture_point("schedule", sink) as cap: ...; cap.set_output(out)`."""
   if not CAPTURE_PROCESS_REPLAY: return _NO_CAPTURE
-  if not _POINT:
-    from replay.capture import CapturePoint
-    _POINT.append(CapturePoint)
+  if not _POINT: _import_harness()
   return _POINT[0](kind, inputs, meta)
 
 
-_POINT: list = []   # the harness's capture point, imported on first use (an import statement costs a microsecond)
+# the harness's capture point and frame finder, imported on first use (an import statement costs a microsecond)
+_POINT: list = []
+_FRAME: list = []
+
+
+def _import_harness() -> None:
+  """Import the harness's capture module, with the garbage collector paused: the import makes some two thousand objects
+  that all live on, so collections during it free nothing and only bring the program's next collections closer."""
+  with collection_paused():
+    from replay.capture import CapturePoint, code_frame
+  _POINT[:], _FRAME[:] = [CapturePoint], [code_frame]
 
 
 def origin(start: Any = None) -> Any:
   """Where the program is: (file, line, function) of the first frame outside the compiler and the harness, searched
   from `start` (a frame) or else from the caller outwards, or None; formatted only when a capture names it."""
-  if not _FRAME:
-    from replay.capture import code_frame
-    _FRAME.append(code_frame)
+  if not _FRAME: _import_harness()
   return _FRAME[0](start)
-
-
-_FRAME: list = []   # the harness's frame finder, imported on first use

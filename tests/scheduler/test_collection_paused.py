@@ -52,3 +52,21 @@ def test_scheduling_and_running_are_paused(monkeypatch):
   run_schedule(items)   # run directly, outside a realize
   assert scheduled == [False, False] and compiled == [False, False] and gc.isenabled()
 
+
+
+def test_the_harness_is_imported_with_the_collector_paused(monkeypatch):
+  """Capture imports the harness on first use, outside any realize: its two thousand long-lived objects do not count
+  towards the program's collections."""
+  import builtins
+  from scheduler import hooks
+  seen, real_import = [], builtins.__import__
+
+  def watching(name, *args, **kwargs):
+    if name == "replay.capture": seen.append(gc.isenabled())
+    return real_import(name, *args, **kwargs)
+
+  monkeypatch.setattr(hooks, "_POINT", [])
+  monkeypatch.setattr(hooks, "_FRAME", [])
+  monkeypatch.setattr(builtins, "__import__", watching)
+  assert hooks.origin() is not None   # this test's frame is outside the compiler
+  assert seen == [False] and gc.isenabled() and hooks._POINT and hooks._FRAME
