@@ -24,7 +24,8 @@ class BufferEntryError(ValueError):
 
 
 def encode(data: np.ndarray, shared: dict[str, bytes]) -> Any:
-  """The payload entry of one array; blobs it refers to are added to `shared` (sha256 -> bytes)."""
+  """The payload entry of one array; blobs it refers to are added to `shared` (sha256 -> bytes). The entry and the
+  blobs hold copies: the array may be a buffer's own memory, which the next kernel overwrites."""
   flat = np.ascontiguousarray(data).reshape(-1)
   shape = tuple(int(d) for d in np.shape(data))
   # the first two values tell most arrays from a fill before the whole array is compared (which costs more than

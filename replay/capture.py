@@ -332,12 +332,13 @@ def max_exec_bytes() -> int:
 
 def _exec_inputs(sink) -> tuple[dict, dict, dict[str, bytes]]:
   """The contents of every realized buffer the graph reads (constant fills by value, large buffers as blobs of their
-  own, returned third); buffers above the cap by shape, dtype and hash only."""
+  own, returned third); buffers above the cap by shape, dtype and hash only. What is read may be the buffer's own
+  memory (`graph_buffers`): what is kept is copied here, before the kernels run."""
   cap, contents, omitted, shared = max_exec_bytes(), {}, [], {}
   for u, size, dtype_name, nbytes, read in _contract().graph_buffers(sink):
     if nbytes > cap:
       contents[u] = {"omitted": True, "size": size, "dtype": dtype_name, "nbytes": nbytes,
-                     "sha256": hashlib.sha256(read().tobytes()).hexdigest()}
+                     "sha256": hashlib.sha256(np.ascontiguousarray(read()).reshape(-1).view(np.uint8)).hexdigest()}
       omitted.append(nbytes)
     else: contents[u] = buffers.encode(read(), shared)
   return contents, ({"omitted_buffers": len(omitted), "omitted_bytes": sum(omitted)} if omitted else {}), shared

@@ -117,13 +117,14 @@ def enable_capture() -> None:
 # ***** graphs and buffers *****
 
 def graph_buffers(graph) -> Iterator[tuple[Any, int, str, int, Callable]]:
-  """The realized buffers a graph reads: (node, elements, dtype name, bytes, read() -> numpy array). A DISK buffer
-  holds its file's bytes even before anything maps it."""
+  """The realized buffers a graph reads: (node, elements, dtype name, bytes, read() -> flat numpy array). The array is
+  the buffer's own memory, not a copy: the harness copies what it keeps before anything runs. A DISK buffer holds its
+  file's bytes even before anything maps it."""
   from scheduler.ops import Ops
   for u in graph.toposort:
     if u.op is not Ops.BUFFER: continue
     if u.device.startswith("DISK:") and u.realized is None: u.buffer.ensure_allocated()
-    if (buf := u.realized) is not None: yield u, buf.size, buf.dtype.name, buf.nbytes, buf.numpy
+    if (buf := u.realized) is not None: yield u, buf.size, buf.dtype.name, buf.nbytes, buf.as_array
 
 
 def structural_key(node) -> str:

@@ -462,7 +462,8 @@ class TensorBase:
 
 
 def _read_back(tensors: list) -> list[np.ndarray]:
-  """The values of realized tensors, read without capturing the read itself."""
+  """The values of realized tensors, read without capturing the read itself. A whole buffer is returned as its own
+  memory, not a copy: what reads it (a capture's output) copies it before anything runs."""
   values = []
   with Context(CAPTURE_PROCESS_REPLAY=0):
     for t in tensors:
@@ -471,7 +472,7 @@ def _read_back(tensors: list) -> list[np.ndarray]:
       # the usual case, a whole contiguous buffer, is read directly instead of scheduling a copy; a constant that no
       # view masks is its value everywhere (scheduling a kernel to read it took a millisecond), except NaN, whose sign
       # bit is the device's (the PYTHON runtime's is set)
-      if whole_buffer and u.base.realized is not None: values.append(u.base.buffer.numpy().reshape(t.shape))
+      if whole_buffer and u.base.realized is not None: values.append(u.base.buffer.as_array().reshape(t.shape))
       elif u.op is Ops.CONST and u.arg == u.arg and t.dtype.base != dtypes.bfloat16 and \
           all(v.mask is None for v in u.st.views):
         values.append(np.full(t.shape, u.arg, dtype=to_np_dtype(t.dtype)))
