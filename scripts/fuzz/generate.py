@@ -69,6 +69,9 @@ class Value:
   faint: bool = False         # may hold elements within rounding of zero whose sign, or whether they are zero at all,
                               # the dtype does not decide: gelu of a large negative input is a tiny negative, and the
                               # device's tanh saturates it to 0 (seed 199:599: gelu(x) ** 1.5, NaN against 0)
+  near_one: bool = False      # may hold elements within rounding of 1 on either side: sigmoid of a large input rounds
+                              # to 1 on the device and to the float below it in the reference, so its log is 0 or a
+                              # tiny negative (seed 194:48: sqrt(log2(sigmoid(x))), 0 against NaN)
 
 
 def _numel(shape: tuple) -> int: return math.prod(shape)
@@ -92,6 +95,23 @@ _CLEARS_FAINT = frozenset({"exp", "exp2", "cos", "sigmoid", "hardsigmoid", "soft
 _FAINT_SENSITIVE = frozenset({"log", "log2", "sqrt", "rsqrt", "reciprocal", "floor", "ceil", "trunc", "round", "sign"})
 
 
+# sigmoid of inputs beyond these may round to 1 or to the float below it, the device and the reference differently
+# (1 - sigmoid(x) is about exp(-x), half the spacing of floats below 1 at x = 17.3 in float32); tanh from half of them
+NEAR_ONE_FROM = {"float16": 6.0, "bfloat16": 4.0, "float32": 14.0, "float64": 34.0}
+# what keeps an element's value: moves, selections, casts
+_KEEPS_VALUES = frozenset({"reshape", "transpose", "permute", "expand", "pad", "shrink", "flip", "cat", "stack",
+                           "getitem", "gather", "interpolate", "cast", "max", "min", "cummax", "cummin", "where",
+                           "maximum", "minimum", "relu", "abs"})
+
+
+def _near_one_after(op: str, x: "Value", dtype: str) -> bool:
+  """Whether unary `op` of x may leave elements within rounding of 1 whose side of it the dtype does not decide."""
+  start = NEAR_ONE_FROM.get(dtype, 4.0)
+  if op == "sigmoid": return x.bound is None or x.bound > start
+  if op == "tanh": return x.bound is None or x.bound > start / 2
+  return op in ("exp", "exp2") and x.faint   # exp of a tiny negative is below 1, of 0 it is 1
+
+
 # ops whose result can be larger than their operands: past the dtype's largest finite value, an infinity
 _GROWS = frozenset({"exp", "exp2", "square", "softplus", "pow", "add", "sub", "mul", "sum", "prod", "matmul",
                     "einsum", "conv2d", "cumsum", "cumprod"})
@@ -99,6 +119,7 @@ _GROWS = frozenset({"exp", "exp2", "square", "softplus", "pow", "add", "sub", "m
 
 def _faint_after(op: str, x: "Value", dtype: str) -> bool:
   """Whether unary `op` of x may leave elements within rounding of zero whose sign the dtype does not decide."""
+  if op in ("log", "log2") and x.near_one: return True
   if not ref.is_float(dtype): return False
   if op in ("gelu", "quick_gelu", "silu"): return x.bound is None or x.bound > FAINT_FROM.get(dtype, 2.0)
   if op == "sigmoid": return x.bound is None or x.bound > SIGMOID_UNDERFLOW.get(dtype, 10.0)
@@ -158,10 +179,12 @@ class Builder:
                                            or (op in summed and bool(huge_operands)) or edge)
     # near-zero elements of unknown sign stay so through what moves, scales, sums or casts them
     faint = ref.is_float(v.dtype) and (v.faint or (op not in _CLEARS_FAINT and any(o.faint for o in operands)))
-    if (scale, rtol, zero, sign, huge, overflows, faint) != (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge,
-                                                             v.overflows, v.faint):
+    # near-one elements stay so through what moves, selects or casts them
+    near_one = ref.is_float(v.dtype) and (v.near_one or (op in _KEEPS_VALUES and any(o.near_one for o in operands)))
+    if (scale, rtol, zero, sign, huge, overflows, faint, near_one) != \
+        (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge, v.overflows, v.faint, v.near_one):
       self.values[int(v.name)] = v = replace(v, scale=scale, rtol=rtol, zero_constant=zero, zero_sign=sign, huge=huge,
-                                             overflows=overflows, faint=faint)
+                                             overflows=overflows, faint=faint, near_one=near_one)
     return v
 
   # ***** shapes *****
@@ -287,6 +310,7 @@ class Builder:
              "exp2": carried * (bound or 1e3)}.get(op, bound or 1.0)
     v = self.new(x.shape, out, bound if not nan else None, nan=nan, terms=x.terms, scale=scale)
     if _faint_after(op, x, out): v = self.values[int(v.name)] = replace(v, faint=True)
+    if _near_one_after(op, x, out): v = self.values[int(v.name)] = replace(v, near_one=True)
     if op in ("floor", "ceil", "trunc", "round") and not nan and _exact(v.bound, out):
       v = self.values[int(v.name)] = replace(v, integral=True)
     return self.emit(v, f"t{x.name}.{op}()", f"ref.unary({op!r}, n{x.name}, {out!r})", op)

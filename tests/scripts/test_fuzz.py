@@ -220,6 +220,27 @@ def test_a_sum_of_huge_special_inputs_may_overflow_where_the_reference_ends_fini
   assert ref.mismatch(np.array([np.inf], np.float32), np.array([3.1e38]), "float32", atol=1e34) != ""
 
 
+def test_logs_of_values_within_rounding_of_one_are_near_zero_of_unknown_sign():
+  """sigmoid of a large input rounds to 1 on the device and to the float below it in the reference, so log2 of it is 0
+  or a tiny negative, and a root of that 0 or NaN (seed 194:48: sqrt(log2(sigmoid(x))) for x up to 32). Such values
+  are near one through moves and casts; their logs are near zero of unknown sign (`faint`), and take no root."""
+  program = program_at(194, 48)
+  assert "t3 = t2.log2()" in program.tensor_source() and "t3.sqrt()" not in program.tensor_source()
+  assert not judge(program, DEVICES_HERE)
+  builder = generate.Builder(SeededChoices(0), "values")
+  wide = builder.input((4, 4), "float32", kind="special")
+  narrow = builder.input((4, 4), "float32", kind="normal")   # bounded by 3: sigmoid stays below 1 by far
+  assert generate._near_one_after("sigmoid", wide, "float32") and not generate._near_one_after("sigmoid", narrow,
+                                                                                               "float32")
+  near = generate.replace(narrow, near_one=True)
+  builder.values[int(near.name)] = near
+  moved = builder.emit(builder.new((16,), "float32", 1.0), f"t{near.name}.reshape((16,))",
+                       f"n{near.name}.reshape((16,))", "reshape")
+  doubled = builder.emit(builder.new((4, 4), "float32", 2.0), f"(t{near.name} * 2)", f"n{near.name} * 2", "mul")
+  assert moved.near_one and not doubled.near_one
+  assert generate._faint_after("log2", moved, "float32") and not generate._faint_after("log2", doubled, "float32")
+
+
 def test_a_result_past_the_largest_finite_value_may_be_finite_on_one_side_only():
   """A power of bounded float16 values may pass 65,504: rounding then decides, element by element, between the largest
   finite value and an infinity, and the device's rounding of the operands differs from the reference's (seed 201:519:
