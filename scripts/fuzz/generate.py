@@ -437,6 +437,9 @@ class Builder:
                          or (ref.is_int(ref.sum_dtype(x.dtype)) and magnitude > 15)):
       op = "sum"
     if op == "argmax" and (not isinstance(axis_arg, int) or x.dtype == "bool" or _arbitrary(x) or x.faint): op = "sum"
+    # argmax counts down an arange along the axis, which the PYTHON device sums in n^2 positions (seed 203:105: an
+    # argmax over 262,144 ran for minutes), as gather's one-hot mask does
+    if op == "argmax" and x.shape[axis_arg] > 4096: op = "sum"
     int_sum = op == "sum" and ref.is_int(ref.sum_dtype(x.dtype))
     if int_sum and (x.bound is None or x.bound * count > self._int_max(ref.sum_dtype(x.dtype))):
       op = "max" if not x.nan and count > 0 else "mean"

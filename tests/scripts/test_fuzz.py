@@ -343,3 +343,15 @@ def test_near_zero_values_of_unknown_sign_are_not_rooted_or_compared():
     assert not any(f"'{op}'" in line for line in builder.program.numpy_lines for op in generate._FAINT_SENSITIVE)
     builder.power(x)
     assert not any(re.search(r"\*\* (-|0\.5|1\.5|2\.5)", line) for line in builder.program.tensor_lines)
+
+
+def test_no_argmax_or_index_tensor_over_a_long_axis():
+  """An argmax counts down an arange along its axis and an index tensor masks one: the PYTHON device sums both in n^2
+  positions, so axes longer than 4,096 are reduced or sliced another way (seed 203:105: an argmax over 262,144 ran for
+  minutes there; seed 162 alike, an index tensor)."""
+  assert "argmax" not in program_at(203, 105).tensor_source()
+  for index in range(40):
+    builder = generate.Builder(SeededChoices(index), "values")
+    builder.reduce(builder.input((2, 5000), "float32", kind="normal"))
+    builder.index(builder.input((5000,), "float32", kind="normal"))
+    assert not any(".argmax(axis=1" in line or "Tensor([" in line for line in builder.program.tensor_lines), index
