@@ -69,6 +69,8 @@ class Value:
   faint: bool = False         # may hold elements within rounding of zero whose sign, or whether they are zero at all,
                               # the dtype does not decide: gelu of a large negative input is a tiny negative, and the
                               # device's tanh saturates it to 0 (seed 199:599: gelu(x) ** 1.5, NaN against 0)
+  inexact: bool = False       # computed by an op the device rounds otherwise than the reference (a transcendental, a
+                              # root or power, a sum in another order): elements may differ by a unit in the last place
   near_one: bool = False      # may hold elements within rounding of 1 on either side: sigmoid of a large input rounds
                               # to 1 on the device and to the float below it in the reference, so its log is 0 or a
                               # tiny negative (seed 194:48: sqrt(log2(sigmoid(x))), 0 against NaN)
@@ -102,6 +104,20 @@ NEAR_ONE_FROM = {"float16": 6.0, "bfloat16": 4.0, "float32": 14.0, "float64": 34
 _KEEPS_VALUES = frozenset({"reshape", "transpose", "permute", "expand", "pad", "shrink", "flip", "cat", "stack",
                            "getitem", "gather", "interpolate", "cast", "max", "min", "cummax", "cummin", "where",
                            "maximum", "minimum", "relu", "abs"})
+
+
+# ops the device rounds otherwise than the reference, which computes in float64 and rounds once: its own transcendental
+# functions, powers by exp2 and log2, sums in another order (+, -, *, /, sqrt and casts round alike on both sides)
+_ROUNDS_OTHERWISE = frozenset({"exp", "exp2", "log", "log2", "rsqrt", "sin", "cos", "tanh", "sigmoid",
+                               "hardsigmoid", "softplus", "silu", "gelu", "quick_gelu", "elu", "pow", "sum", "mean",
+                               "prod", "matmul", "einsum", "conv2d", "avg_pool2d", "cumsum", "cumprod", "interpolate"})
+
+
+def _rounding_decides(v: Optional["Value"]) -> bool:
+  """Whether comparing v with a value near it is decided by rounding: a float16 or bfloat16 value one unit in the last
+  place apart on the device and in the reference (1 in 1,024 of the values of an octave), where a partner of the same
+  dtype lands on one of the two (seed 204:824: x ** -0.5 > y, one of 16,383 flipped)."""
+  return v is not None and v.inexact and v.dtype in ("float16", "bfloat16")
 
 
 def _near_one_after(op: str, x: "Value", dtype: str) -> bool:
@@ -179,12 +195,13 @@ class Builder:
                                            or (op in summed and bool(huge_operands)) or edge)
     # near-zero elements of unknown sign stay so through what moves, scales, sums or casts them
     faint = ref.is_float(v.dtype) and (v.faint or (op not in _CLEARS_FAINT and any(o.faint for o in operands)))
+    inexact = ref.is_float(v.dtype) and (v.inexact or op in _ROUNDS_OTHERWISE or any(o.inexact for o in operands))
     # near-one elements stay so through what moves, selects or casts them
     near_one = ref.is_float(v.dtype) and (v.near_one or (op in _KEEPS_VALUES and any(o.near_one for o in operands)))
-    if (scale, rtol, zero, sign, huge, overflows, faint, near_one) != \
-        (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge, v.overflows, v.faint, v.near_one):
+    if (scale, rtol, zero, sign, huge, overflows, faint, inexact, near_one) != \
+        (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge, v.overflows, v.faint, v.inexact, v.near_one):
       self.values[int(v.name)] = v = replace(v, scale=scale, rtol=rtol, zero_constant=zero, zero_sign=sign, huge=huge,
-                                             overflows=overflows, faint=faint, near_one=near_one)
+                                             overflows=overflows, faint=faint, inexact=inexact, near_one=near_one)
     return v
 
   # ***** shapes *****
@@ -364,6 +381,8 @@ class Builder:
     # a near-zero element of unknown sign compares with 0 (or a near-zero partner) by rounding, and divides into an
     # infinity or a huge value of either sign
     if op in ("lt", "eq", "ne", "gt") and (x.faint or (y is not None and y.faint)): op = "add"
+    if (op in ("lt", "eq", "ne", "gt") and (_rounding_decides(x) or _rounding_decides(y))) or \
+        (op == "where" and _rounding_decides(x)): op = "add"   # where compares x with 0.25
     if op == "div" and (x.faint or (y is not None and y.faint)): op = "mul"   # and a faint x / 0: -inf against NaN
     if op == "mul" and y is not None and ((x.faint and y.bound is None) or (y.faint and x.bound is None)):
       op = "add"   # times an infinity: -inf against NaN
@@ -436,7 +455,8 @@ class Builder:
     if op == "prod" and (magnitude is None or magnitude > 30
                          or (ref.is_int(ref.sum_dtype(x.dtype)) and magnitude > 15)):
       op = "sum"
-    if op == "argmax" and (not isinstance(axis_arg, int) or x.dtype == "bool" or _arbitrary(x) or x.faint): op = "sum"
+    if op == "argmax" and (not isinstance(axis_arg, int) or x.dtype == "bool" or _arbitrary(x) or x.faint
+                           or _rounding_decides(x)): op = "sum"
     # argmax counts down an arange along the axis, which the PYTHON device sums in n^2 positions (seed 203:105: an
     # argmax over 262,144 ran for minutes), as gather's one-hot mask does
     if op == "argmax" and x.shape[axis_arg] > 4096: op = "sum"
