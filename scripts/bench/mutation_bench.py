@@ -32,6 +32,7 @@ def bug(name, path, old, new): return Mutant(name, path.split("/")[0], [(path, o
 def same(name, *edits): return Mutant(name, edits[0][0].split("/")[0], list(edits), equivalent=True)
 
 
+MOVE = "scheduler/tensor/movement.py"
 EW, RED, FN, OPT, NN, GRAD = ("scheduler/tensor/elementwise.py", "scheduler/tensor/reduce.py",
                               "scheduler/tensor/functional.py",
                               "scheduler/nn/optim.py", "scheduler/nn/__init__.py", "scheduler/gradient.py")
@@ -149,6 +150,19 @@ MUTANTS = [
   bug("cast_gradient_through_ints", GRAD,
       "return (g.cast(source),) if dtypes.is_float(source.scalar) and dtypes.is_float(out.dtype.scalar) else (None,)",
       "return (g.cast(source),) if dtypes.is_float(source.scalar) or dtypes.is_float(out.dtype.scalar) else (None,)"),
+  # planted 2026-12-07, before looking at what the corpus runs: attention, losses, pooling, padding, resampling,
+  # sorting, rolling
+  bug("causal_mask_drops_diagonal", FN, "attn_mask = scores._band_mask(0, lower=True)",
+      "attn_mask = scores._band_mask(-1, lower=True)"),
+  bug("sparse_ce_mean_counts_ignored", FN, "return -(per_sample.sum() / counted.sum()) if reduction",
+      "return -(per_sample.sum() / Y.numel()) if reduction"),
+  bug("avg_pool_pad_flag_confused", RED, "value=1.0 if count_include_pad", "value=1.0 if not ceil_mode"),
+  bug("reflect_pad_repeats_edge", MOVE, "left, right = part(1, before + 1).flip(axis), part(n - 1 - after, n - 1)",
+      "left, right = part(0, before).flip(axis), part(n - after, n)"),
+  bug("align_corners_scale", MOVE, "source = positions * ((n - 1) / (out - 1))",
+      "source = positions * ((n - 1) / out)"),
+  bug("descending_sort_ties", RED, "before = (theirs > mine) if descending", "before = (theirs >= mine) if descending"),
+  bug("roll_negative_shift", MOVE, "cut = size - shift % size", "cut = size - abs(shift) % size"),
   # equivalent refactors: none of these may fail the gate
   same("rename_local", (KERN, "emitted", "scheduled_kernels", 0)),
   same("rename_private_helper", (SYM, "_fold_nested", "_fold_repeated_op", 0)),
