@@ -42,7 +42,7 @@ WORKLOADS: dict[str, Callable[[], dict]] = {
   "special_values": edge_cases.special_values,
   "upsampling_decoder": new_ops.upsampling_decoder, "einsum_attention": new_ops.einsum_attention,
   "nll_classifier": new_ops.nll_classifier, "ranking_eval": new_ops.ranking_eval,
-  "multilabel_tagger": new_ops.multilabel_tagger,
+  "multilabel_tagger": new_ops.multilabel_tagger, "segmentation_sgd": new_ops.segmentation_sgd,
   "large_layers": sizes.large_layers, "mixed_dtypes": sizes.mixed_dtypes,
   "contrastive_loss": sizes.contrastive_loss, "mobile_block": sizes.mobile_block,
   "residual_mlp_step": deep.residual_mlp_step, "transformer_encoder": deep.transformer_encoder,

@@ -1,7 +1,7 @@
 """Workloads of the corpus that use the operations added for tinygrad API completeness (issues 17 and 28): an
 upsampling decoder (conv_transpose2d, interpolate, reflect padding), attention written with einsum, a classifier
-trained with nll_loss and cross_entropy options, and evaluation metrics (topk, sort, scatter, unfold, an einsum with
-an ellipsis). Fixed seeds, small shapes."""
+trained with nll_loss and cross_entropy options, evaluation metrics (topk, sort, scatter, unfold, an einsum with
+an ellipsis), and a segmentation step (bilinear upsampling, void pixels). Fixed seeds, small shapes."""
 from __future__ import annotations
 import numpy as np
 from scheduler import Tensor, nn
@@ -131,3 +131,36 @@ def ranking_eval() -> dict:
   features = Tensor.einsum("...w,w->...", signal.unfold(1, 4, 2), taps)
   Tensor.realize(top5_accuracy, ranked, order, histogram, features)
   return {"outputs": [top5_accuracy.numpy(), ranked.numpy(), order.numpy(), histogram.numpy(), features.numpy()]}
+
+
+def segmentation_sgd(steps: int = 3) -> dict:
+  """A semantic segmentation step as such code is written: an encoder-decoder with a skip connection (padded
+  convolutions, max pooling, bilinear upsampling with align_corners=True as older segmentation code does), per-pixel
+  cross-entropy that ignores void pixels (label 255, as Pascal VOC and Cityscapes mark them), SGD with momentum."""
+  Tensor.manual_seed(16)
+  rng = np.random.default_rng(17)
+  image = Tensor(rng.standard_normal((2, 3, 8, 8)).astype(np.float32)).realize()
+  labels = rng.integers(0, 3, (2, 8, 8))
+  labels[:, :, :2] = 255   # a void border
+  labels[0, 5:, 3:6] = 255
+  target = Tensor(labels.astype(np.int32)).realize()
+  encode, deeper, head = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 6, 3, padding=1), nn.Conv2d(10, 3, 1)
+  opt = SGD(get_parameters([encode, deeper, head]), lr=0.2, momentum=0.9)
+
+  def logits(x: Tensor) -> Tensor:
+    skip = encode(x).relu()                                                         # 8x8
+    coarse = deeper(skip.max_pool2d(2)).relu()                                      # 4x4
+    up = coarse.interpolate((8, 8), mode="bilinear", align_corners=True)
+    return head(skip.cat(up, dim=1)).permute(0, 2, 3, 1)                            # (n, h, w, classes)
+
+  losses = []
+  with Tensor.train():
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        opt.zero_grad()
+        loss = logits(image).sparse_categorical_crossentropy(target, ignore_index=255)
+        loss.backward()
+        Tensor.realize(loss, *opt.schedule_step())
+        losses.append(loss.item())
+  scores = logits(image)
+  return {"outputs": [scores.numpy(), scores.argmax(-1).numpy(), head.weight.numpy()], "losses": losses}

@@ -33,7 +33,7 @@ def test_workload_equal_on_cpu_and_python(name):
 
 
 TRAINING = ["mlp_sgd", "bf16_lars", "lstm_bptt", "warp_registration", "cnn_adam", "transformer_adamw",
-            "upsampling_decoder", "nll_classifier", "multilabel_tagger"]
+            "upsampling_decoder", "nll_classifier", "multilabel_tagger", "segmentation_sgd"]
 
 
 def test_training_workloads_report_losses():
