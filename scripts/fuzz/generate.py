@@ -71,6 +71,9 @@ class Value:
                               # device's tanh saturates it to 0 (seed 199:599: gelu(x) ** 1.5, NaN against 0)
   inexact: bool = False       # computed by an op the device rounds otherwise than the reference (a transcendental, a
                               # root or power, a sum in another order): elements may differ by a unit in the last place
+  lossy_zero: bool = False    # its elements near zero carry a large relative error: elu computes e^x - 1, which near
+                              # x = 0 subtracts nearly equal values, and the reference does not (seed 174:299:
+                              # elu(x).reciprocal() @ w, 545.37 against 545.52)
   near_one: bool = False      # may hold elements within rounding of 1 on either side: sigmoid of a large input rounds
                               # to 1 on the device and to the float below it in the reference, so its log is 0 or a
                               # tiny negative (seed 194:48: sqrt(log2(sigmoid(x))), 0 against NaN)
@@ -196,12 +199,17 @@ class Builder:
     # near-zero elements of unknown sign stay so through what moves, scales, sums or casts them
     faint = ref.is_float(v.dtype) and (v.faint or (op not in _CLEARS_FAINT and any(o.faint for o in operands)))
     inexact = ref.is_float(v.dtype) and (v.inexact or op in _ROUNDS_OTHERWISE or any(o.inexact for o in operands))
+    # and so do the relative errors of lossy zeros, which scaling keeps too
+    lossy = ref.is_float(v.dtype) and (v.lossy_zero or op == "elu" or
+                                       (op in _KEEPS_VALUES | {"neg", "mul"} and any(o.lossy_zero for o in operands)))
     # near-one elements stay so through what moves, selects or casts them
     near_one = ref.is_float(v.dtype) and (v.near_one or (op in _KEEPS_VALUES and any(o.near_one for o in operands)))
-    if (scale, rtol, zero, sign, huge, overflows, faint, inexact, near_one) != \
-        (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge, v.overflows, v.faint, v.inexact, v.near_one):
+    if (scale, rtol, zero, sign, huge, overflows, faint, inexact, lossy, near_one) != \
+        (v.scale, v.rtol, v.zero_constant, v.zero_sign, v.huge, v.overflows, v.faint, v.inexact, v.lossy_zero,
+         v.near_one):
       self.values[int(v.name)] = v = replace(v, scale=scale, rtol=rtol, zero_constant=zero, zero_sign=sign, huge=huge,
-                                             overflows=overflows, faint=faint, inexact=inexact, near_one=near_one)
+                                             overflows=overflows, faint=faint, inexact=inexact, lossy_zero=lossy,
+                                             near_one=near_one)
     return v
 
   # ***** shapes *****
@@ -303,6 +311,7 @@ class Builder:
            "sign"]
     if not x.nan: ops.append("relu")
     if x.zero_sign: ops = [o for o in ops if o not in ("reciprocal", "rsqrt")]   # 1/+0 and 1/-0 differ
+    if x.lossy_zero: ops = [o for o in ops if o not in ("reciprocal", "rsqrt")]   # its relative error made absolute
     if x.faint: ops = [o for o in ops if o not in _FAINT_SENSITIVE]
     if ref.is_int(x.dtype) or x.dtype == "bool":
       ops = ["neg", "abs"] if x.dtype not in ("bool",) and not x.dtype.startswith("u") and x.bound is not None and \
@@ -384,6 +393,7 @@ class Builder:
     if (op in ("lt", "eq", "ne", "gt") and (_rounding_decides(x) or _rounding_decides(y))) or \
         (op == "where" and _rounding_decides(x)): op = "add"   # where compares x with 0.25
     if op == "div" and (x.faint or (y is not None and y.faint)): op = "mul"   # and a faint x / 0: -inf against NaN
+    if op == "div" and y is not None and y.lossy_zero: op = "mul"
     if op == "mul" and y is not None and ((x.faint and y.bound is None) or (y.faint and x.bound is None)):
       op = "add"   # times an infinity: -inf against NaN
     if out_base == "bool" and op in ("add", "sub"): op = "xor"   # bool + and - are logic ops (or, xor), not numpy's
@@ -668,6 +678,7 @@ class Builder:
     """x ** c for a python constant c (powers of negative bases with fractional c are NaN on both sides)."""
     exponent = self.c.choice([2, 3, 0.5, -1, -0.5, 1.5, -2, 0, 2.5, 5])
     if exponent < 0 and x.zero_sign: exponent = -exponent   # 1/+0 and 1/-0 differ (seed 164: a padded conv's zeros)
+    if exponent < 0 and x.lossy_zero: exponent = -exponent   # it would make the relative error near 0 absolute
     # a root or reciprocal of a tiny negative is NaN or huge, of 0 it is 0 or inf (seed 199:599)
     if x.faint and (exponent < 0 or exponent != int(exponent)): exponent = 2
     bound = None if x.bound is None or exponent < 0 else (max(x.bound, 1.0) ** exponent)

@@ -376,3 +376,24 @@ def test_low_precision_values_the_device_rounds_otherwise_are_not_compared():
       builder.binary(powered)
       drawn[dtype].add(builder.program.numpy_lines[-1].split("'")[1])
   assert not drawn["float16"] & {"lt", "eq", "ne", "gt"} and drawn["float32"] & {"lt", "eq", "ne", "gt"}
+
+
+def test_values_with_lossy_zeros_are_not_inverted():
+  """elu computes e^x - 1, which near x = 0 subtracts nearly equal values: its small elements carry a large relative
+  error that the float64 reference does not, and a reciprocal makes it absolute (seed 174:299: elu(x).reciprocal() @ w,
+  545.37 against 545.52). Such values take no reciprocal, rsqrt, negative power or division by them."""
+  program = program_at(174, 299)
+  assert "t1 = t0.elu()" in program.tensor_source() and "reciprocal" not in program.tensor_source()
+  assert not judge(program, DEVICES_HERE)
+  for index in range(40):
+    builder = generate.Builder(SeededChoices(index), "values")
+    x = builder.input((3, 4), "float32", kind="normal")
+    lossy = builder.emit(builder.new(x.shape, "float32", 4.0), f"t{x.name}.elu()", f"ref.unary('elu', n{x.name}, "
+                         "'float32')", "elu")
+    moved = builder.emit(builder.new((12,), "float32", 4.0), f"t{lossy.name}.reshape((12,))",
+                         f"n{lossy.name}.reshape((12,))", "reshape")
+    assert lossy.lossy_zero and moved.lossy_zero
+    builder.unary(moved)
+    builder.power(moved)
+    source = "\n".join(builder.program.tensor_lines)
+    assert ".reciprocal()" not in source and ".rsqrt()" not in source and "** -" not in source, index
