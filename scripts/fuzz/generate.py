@@ -117,10 +117,12 @@ _ROUNDS_OTHERWISE = frozenset({"exp", "exp2", "log", "log2", "rsqrt", "sin", "co
 
 
 def _rounding_decides(v: Optional["Value"]) -> bool:
-  """Whether comparing v with a value near it is decided by rounding: a float16 or bfloat16 value one unit in the last
-  place apart on the device and in the reference (1 in 1,024 of the values of an octave), where a partner of the same
-  dtype lands on one of the two (seed 204:824: x ** -0.5 > y, one of 16,383 flipped)."""
-  return v is not None and v.inexact and v.dtype in ("float16", "bfloat16")
+  """Whether comparing v with a value near it, or rounding it to a whole number, is decided by rounding: a float16 or
+  bfloat16 value one unit in the last place apart on the device and in the reference (1 in 1,024 of the values of an
+  octave), where a partner of the same dtype, or a whole number, lands between the two (seed 204:824: x ** -0.5 > y,
+  one of 16,383 flipped)."""
+  # a float16 value cast up keeps its float16 rounding (`rtol`: the coarsest precision it was computed in)
+  return v is not None and v.inexact and (v.dtype in ("float16", "bfloat16") or v.rtol >= ref.tolerance("float16")[0])
 
 
 def _near_one_after(op: str, x: "Value", dtype: str) -> bool:
@@ -312,6 +314,8 @@ class Builder:
     if not x.nan: ops.append("relu")
     if x.zero_sign: ops = [o for o in ops if o not in ("reciprocal", "rsqrt")]   # 1/+0 and 1/-0 differ
     if x.lossy_zero: ops = [o for o in ops if o not in ("reciprocal", "rsqrt")]   # its relative error made absolute
+    # rounding a low-precision value one unit apart on the two sides to a whole number jumps where that unit crosses one
+    if _rounding_decides(x): ops = [o for o in ops if o not in ("floor", "ceil", "trunc", "round")]
     if x.faint: ops = [o for o in ops if o not in _FAINT_SENSITIVE]
     if ref.is_int(x.dtype) or x.dtype == "bool":
       ops = ["neg", "abs"] if x.dtype not in ("bool",) and not x.dtype.startswith("u") and x.bound is not None and \
@@ -635,6 +639,8 @@ class Builder:
   def cast(self, x: Value) -> Value:
     c = self.c
     target = c.choice(list(ref.DTYPES))
+    # and so does truncating it to an int (seed 206:2681: float16 einsum of x ** 5, then uint16: 30 against 31)
+    if ref.is_int(target) and _rounding_decides(x): target = "float32"
     if ref.is_int(target) and ref.is_float(x.dtype):
       lo, hi = ref.int_range(target)
       if x.bound is None or x.bound >= min(hi, 2 ** 31) or (lo == 0 and x.nan): target = "float32"

@@ -378,6 +378,29 @@ def test_low_precision_values_the_device_rounds_otherwise_are_not_compared():
   assert not drawn["float16"] & {"lt", "eq", "ne", "gt"} and drawn["float32"] & {"lt", "eq", "ne", "gt"}
 
 
+def test_low_precision_values_the_device_rounds_otherwise_are_not_rounded_to_whole_numbers():
+  """Nor truncated to ints, rounded, floored or ceiled, and not compared after a cast up either: a whole number lands
+  between the two roundings as a partner does (seed 206:2681: a float16 einsum of x ** 5, cast to uint16: 30 against
+  31)."""
+  program = program_at(206, 2681)
+  assert "uint16" not in program.tensor_source()
+  assert not judge(program, DEVICES_HERE)
+  for index in range(60):
+    builder = generate.Builder(SeededChoices(index), "values")
+    x = builder.input((3, 4), "float16", kind="normal")
+    powered = builder.emit(builder.new(x.shape, "float16", None, nan=True), f"(t{x.name} ** 5)",
+                           f"ref.power(n{x.name}, 5, 'float16')", "pow")
+    up = builder.emit(builder.new(x.shape, "float32", None, nan=True), f"t{powered.name}.cast(dtypes.float32)",
+                      f"ref.cast(n{powered.name}, 'float32')", "cast")
+    builder.cast(powered)
+    builder.unary(powered)
+    builder.binary(up)
+    source = "\n".join(builder.program.tensor_lines[3:])
+    assert not any(f".cast(dtypes.{t})" in source for t in ref.INTS), index
+    assert not any(f".{op}()" in source for op in ("floor", "ceil", "trunc", "round")), index
+    assert not any(f" {sym} " in source for sym in ("<", ">", "==", "!=")), index
+
+
 def test_values_with_lossy_zeros_are_not_inverted():
   """elu computes e^x - 1, which near x = 0 subtracts nearly equal values: its small elements carry a large relative
   error that the float64 reference does not, and a reciprocal makes it absolute (seed 174:299: elu(x).reciprocal() @ w,
