@@ -107,6 +107,7 @@ NEAR_ONE_FROM = {"float16": 6.0, "bfloat16": 4.0, "float32": 14.0, "float64": 34
 _KEEPS_VALUES = frozenset({"reshape", "transpose", "permute", "expand", "pad", "shrink", "flip", "cat", "stack",
                            "getitem", "gather", "interpolate", "cast", "max", "min", "cummax", "cummin", "where",
                            "maximum", "minimum", "relu", "abs"})
+_KEEPS_RELATIVE_ERROR = _KEEPS_VALUES | {"neg", "mul"}   # and scaling
 
 
 # ops the device rounds otherwise than the reference, which computes in float64 and rounds once: its own transcendental
@@ -203,7 +204,7 @@ class Builder:
     inexact = ref.is_float(v.dtype) and (v.inexact or op in _ROUNDS_OTHERWISE or any(o.inexact for o in operands))
     # and so do the relative errors of lossy zeros, which scaling keeps too
     lossy = ref.is_float(v.dtype) and (v.lossy_zero or op == "elu" or
-                                       (op in _KEEPS_VALUES | {"neg", "mul"} and any(o.lossy_zero for o in operands)))
+                                       (op in _KEEPS_RELATIVE_ERROR and any(o.lossy_zero for o in operands)))
     # near-one elements stay so through what moves, selects or casts them
     near_one = ref.is_float(v.dtype) and (v.near_one or (op in _KEEPS_VALUES and any(o.near_one for o in operands)))
     if (scale, rtol, zero, sign, huge, overflows, faint, inexact, lossy, near_one) != \
@@ -312,8 +313,8 @@ class Builder:
            "trunc", "round", "softplus", "silu", "exp2", "log2", "rsqrt", "hardsigmoid", "gelu", "quick_gelu", "elu",
            "sign"]
     if not x.nan: ops.append("relu")
-    if x.zero_sign: ops = [o for o in ops if o not in ("reciprocal", "rsqrt")]   # 1/+0 and 1/-0 differ
-    if x.lossy_zero: ops = [o for o in ops if o not in ("reciprocal", "rsqrt")]   # its relative error made absolute
+    # 1/+0 and 1/-0 differ; and 1/x makes the relative error of a lossy zero absolute
+    if x.zero_sign or x.lossy_zero: ops = [o for o in ops if o not in ("reciprocal", "rsqrt")]
     # rounding a low-precision value one unit apart on the two sides to a whole number jumps where that unit crosses one
     if _rounding_decides(x): ops = [o for o in ops if o not in ("floor", "ceil", "trunc", "round")]
     if x.faint: ops = [o for o in ops if o not in _FAINT_SENSITIVE]
@@ -683,8 +684,8 @@ class Builder:
   def power(self, x: Value) -> Value:
     """x ** c for a python constant c (powers of negative bases with fractional c are NaN on both sides)."""
     exponent = self.c.choice([2, 3, 0.5, -1, -0.5, 1.5, -2, 0, 2.5, 5])
-    if exponent < 0 and x.zero_sign: exponent = -exponent   # 1/+0 and 1/-0 differ (seed 164: a padded conv's zeros)
-    if exponent < 0 and x.lossy_zero: exponent = -exponent   # it would make the relative error near 0 absolute
+    # 1/+0 and 1/-0 differ (seed 164: a padded conv's zeros); a lossy zero's relative error would become absolute
+    if exponent < 0 and (x.zero_sign or x.lossy_zero): exponent = -exponent
     # a root or reciprocal of a tiny negative is NaN or huge, of 0 it is 0 or inf (seed 199:599)
     if x.faint and (exponent < 0 or exponent != int(exponent)): exponent = 2
     bound = None if x.bound is None or exponent < 0 else (max(x.bound, 1.0) ** exponent)
