@@ -35,7 +35,8 @@ _GITLINK = "160000"   # the mode of a submodule in the index: its state lives in
 
 def git_state(cwd: Optional[str] = None) -> tuple[Optional[str], Optional[int]]:
   """(commit, whether tracked files differ from it) of the repository around `cwd`, or (None, None) outside one: one
-  git process (`status --branch` names the commit)."""
+  git process (`status --branch` names the commit), none outside every repository."""
+  if outside_repositories(cwd): return None, None
   import subprocess
   try: status = subprocess.run(GIT_STATUS, cwd=cwd, capture_output=True, text=True, timeout=GIT_TIMEOUT)
   except (OSError, subprocess.SubprocessError): return None, None
@@ -63,6 +64,7 @@ class GitQuery:
       self.answer = self.repo.cached_answer(self.cache) if self.repo is not None else None
     except Exception:   # the working directory is gone, or the cache is unreadable in a way not foreseen: git answers
       self.repo, self.cache, self.answer = None, None, None
+    if self.answer is None and self.repo is None and outside_repositories(cwd): self.answer = (None, None)
     if self.answer is not None: return
     import subprocess   # here: a process that does not capture never starts one
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL, "stdin": subprocess.DEVNULL, "cwd": cwd}
@@ -98,6 +100,23 @@ class GitQuery:
       try: self.repo.write_cache(self.answer, paths, self.started_ns)
       except (OSError, ValueError): pass   # the next run asks git again
     return self.answer
+
+
+def outside_repositories(cwd: Optional[str] = None) -> bool:
+  """Whether git would find no repository from `cwd`: no `GIT_*` variable that points it elsewhere, and neither a
+  `.git` nor a folder that looks like a git directory itself (HEAD, objects and refs: a bare repository, or a folder
+  inside `.git`) in `cwd` or above it. A program run outside any repository then starts no git process to be told so
+  (starting one costs a large process more CPU than everything else capture sets up)."""
+  if any(name in os.environ for name in _GIT_ENV): return False
+  try: here = os.path.abspath(cwd or os.getcwd())
+  except OSError: return False   # the working directory is gone: git says what it makes of that
+  while True:
+    if os.path.lexists(os.path.join(here, ".git")) or (
+        os.path.exists(os.path.join(here, "HEAD")) and os.path.isdir(os.path.join(here, "objects"))
+        and os.path.isdir(os.path.join(here, "refs"))): return False
+    parent = os.path.dirname(here)
+    if parent == here: return True
+    here = parent
 
 
 def _tracked_paths(listed: bytes) -> Optional[list[str]]:

@@ -85,6 +85,33 @@ def test_repositories_git_finds_by_more_than_their_files_are_always_asked(repo, 
   assert gs.GitQuery(str(tmp_path)).result(wait=True) == (None, None)
 
 
+def _git_finds_a_repository(folder) -> bool:
+  return subprocess.run(["git", "rev-parse", "--git-dir"], cwd=folder, capture_output=True).returncode == 0
+
+
+def test_outside_every_repository_no_git_is_started(tmp_path, monkeypatch):
+  for name in gs._GIT_ENV: monkeypatch.delenv(name, raising=False)
+  plain = tmp_path / "plain" / "deeper"
+  plain.mkdir(parents=True)
+  if _git_finds_a_repository(plain): pytest.skip("the temporary folder lies inside a git repository")
+  query, answer = _ask(plain)
+  assert query.proc is None and answer == (None, None) == gs.git_state(str(plain))
+
+
+def test_folders_git_takes_for_a_git_directory_are_asked_of_git(repo, tmp_path, monkeypatch):
+  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+  bare = tmp_path / "bare.git"
+  subprocess.run([*GIT, "clone", "-q", "--bare", str(repo), str(bare)], check=True)
+  for folder in (bare, bare / "refs", repo / ".git" / "refs"):   # a bare repository, folders inside git directories
+    assert _git_finds_a_repository(folder) and not gs.outside_repositories(str(folder))
+    assert gs.GitQuery(str(folder)).proc is not None
+  monkeypatch.setenv("GIT_DIR", str(repo / ".git"))   # a variable git finds the repository by, from anywhere
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  query, answer = _ask(elsewhere)
+  assert query.proc is not None and answer[0] == head
+
+
 def test_a_submodule_keeps_the_repository_out_of_the_cache():
   listed = b"100644 " + b"0" * 40 + b" 0\ta.txt\x00160000 " + b"1" * 40 + b" 0\tlib\x00"
   assert gs._tracked_paths(listed) is None
