@@ -74,24 +74,26 @@ class Record:
       header = json.dumps({**self.fields, "shared": self.shared,
                            "blobs": [[sha, -1 if data is None else len(data), role] for sha, data, role in self.blobs]},
                           separators=(",", ":")).encode()
-    pieces = [_HEADER_LENGTH.pack(len(header)), header, *(data for _, data, _ in self.blobs if data is not None)]
-    crc = 0
-    for piece in pieces: crc = zlib.crc32(piece, crc)
-    return b"".join([_HEAD.pack(magic, sum(map(len, pieces)), crc), *pieces])
+    length = _HEADER_LENGTH.pack(len(header))
+    crc, size = zlib.crc32(header, zlib.crc32(length)), len(length) + len(header)
+    datas = [data for _, data, _ in self.blobs if data is not None]
+    for data in datas: crc, size = zlib.crc32(data, crc), size + len(data)
+    return b"".join([_HEAD.pack(magic, size, crc), length, header, *datas])
 
   def _joined_header(self) -> Optional[bytes]:
     """The RPJ2 header: the fields in FIELDS order, the shared blobs' count and shas, then per blob its sha, size (-1:
     left out) and role (two strings, both empty for none); None when the record does not fit that form (a field that
     is not text where FIELDS has text, or holds a NUL)."""
-    row = self.row
+    row = self._row if self._row is not None else self.row
     if row is None: return None
     run_id, when = row[0], row[5]
     if type(run_id) is not int or type(when) is not float: return None
     strings = [str(run_id), *row[1:5], repr(when), *row[6:], str(len(self.shared)), *self.shared]
+    extend = strings.extend
     for sha, data, role in self.blobs:
       if role is None: role = _NO_ROLE
       elif len(role) != 2 or role == _NO_ROLE: return None
-      strings += (sha, "-1" if data is None else str(len(data)), role[0], role[1])
+      extend((sha, "-1" if data is None else str(len(data)), *role))
     try: text = "\0".join(strings)
     except TypeError: return None
     if text.count("\0") != len(strings) - 1: return None
@@ -191,10 +193,11 @@ class Journal:
     their bytes: `holds(sha)` says whether the database does, else the known blobs); the segment's size."""
     with self.lock:
       if os.getpid() != self.pid: raise JournalError("a journal is written by the process that made it")
-      kept, new, written = [], [], self.written
-      holds = holds or self.known_blobs.__contains__
+      kept, new, written, known = [], [], self.written, self.known_blobs
       for sha, data, role in blobs:
-        if data is None or sha in written or sha in new or holds(sha): kept.append((sha, None, role))
+        # the known blobs first: `holds` (a call) is asked only about the others
+        if data is None or sha in written or sha in known or sha in new or (holds is not None and holds(sha)):
+          kept.append((sha, None, role))
         else:
           kept.append((sha, data, role))
           new.append(sha)

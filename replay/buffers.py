@@ -26,20 +26,19 @@ class BufferEntryError(ValueError):
 def encode(data: np.ndarray, shared: dict[str, bytes]) -> Any:
   """The payload entry of one array; blobs it refers to are added to `shared` (sha256 -> bytes). The entry and the
   blobs hold copies: the array may be a buffer's own memory, which the next kernel overwrites."""
-  flat = np.ascontiguousarray(data).reshape(-1)
-  shape = tuple(int(d) for d in np.shape(data))
-  # the first two values tell most arrays from a fill before the whole array is compared (which costs more than
-  # hashing it)
-  if flat.size > 1 and flat[:1].tobytes() == flat[1:2].tobytes():
-    rows = flat.view(np.uint8).reshape(flat.size, flat.dtype.itemsize)
-    if (rows == rows[0]).all():   # bitwise: NaN, -0.0 kept
-      return {"fill": flat[:1].tobytes(), "dtype": flat.dtype.str, "size": int(flat.size), "shape": shape}
-  if flat.nbytes < SHARED_BYTES:
-    return {"raw": flat.tobytes(), "dtype": flat.dtype.str, "size": int(flat.size), "shape": shape}
-  raw = flat.tobytes()
+  if type(data) is not np.ndarray or not data.flags.c_contiguous: data = np.ascontiguousarray(data)
+  shape, size, dtype = data.shape, data.size, data.dtype.str
+  raw = data.tobytes()
+  # a fill: the first value's bytes, found `size` times without overlap (which tiles the whole array with them; bitwise:
+  # NaN and -0.0 kept); the second value tells most arrays from a fill before the whole array is searched
+  if size > 1:
+    first = raw[:len(raw) // size]
+    if raw.startswith(first, len(first)) and raw.count(first) == size:
+      return {"fill": first, "dtype": dtype, "size": size, "shape": shape}
+  if len(raw) < SHARED_BYTES: return {"raw": raw, "dtype": dtype, "size": size, "shape": shape}
   sha = hashlib.sha256(raw).hexdigest()
   shared[sha] = raw
-  return {"blob": sha, "dtype": flat.dtype.str, "size": int(flat.size), "shape": shape}
+  return {"blob": sha, "dtype": dtype, "size": size, "shape": shape}
 
 
 def decode(entry: Any, shared: Optional[dict[str, bytes]] = None, size: Optional[int] = None) -> np.ndarray:
