@@ -227,3 +227,72 @@ def disk_state_dict() -> dict:
     load_state_dict(other, loaded)
     x = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)).realize()
     return {"outputs": [other(x).numpy(), model(x).numpy()]}
+
+
+class LlamaBlock:
+  """One decoder layer as LLaMA-family inference code writes it: RMSNorm, rotary position embeddings, grouped-query
+  attention over a key/value cache written in place, a SwiGLU MLP; the token embedding doubles as the output head."""
+  def __init__(self, vocab=32, dim=16, heads=4, kv_heads=2, hidden=32, max_seq=8, seed=21):
+    rng = np.random.default_rng(seed)
+    def weight(*shape): return Tensor((rng.standard_normal(shape) * 0.3).astype(np.float32)).realize()
+    self.dim, self.heads, self.kv_heads, self.head_dim, self.max_seq = dim, heads, kv_heads, dim // heads, max_seq
+    self.embed = weight(vocab, dim)
+    self.wq, self.wk, self.wv, self.wo = (weight(dim, dim), weight(dim, kv_heads * self.head_dim),
+                                          weight(dim, kv_heads * self.head_dim), weight(dim, dim))
+    self.w_gate, self.w_up, self.w_down = weight(dim, hidden), weight(dim, hidden), weight(hidden, dim)
+    self.attn_norm, self.mlp_norm = Tensor.ones(dim).contiguous().realize(), weight(dim).abs().realize()
+    self.cache_k = Tensor.zeros(1, max_seq, kv_heads, self.head_dim).contiguous().realize()
+    self.cache_v = Tensor.zeros(1, max_seq, kv_heads, self.head_dim).contiguous().realize()
+    freqs = 1.0 / (10000.0 ** (Tensor.arange(0, self.head_dim, 2).float() / self.head_dim))
+    angles = Tensor.arange(max_seq).float().reshape(max_seq, 1) * freqs.reshape(1, -1)
+    self.cos, self.sin = angles.cos().contiguous().realize(), angles.sin().contiguous().realize()
+
+  @staticmethod
+  def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
+    return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * weight
+
+  def rotate(self, x: Tensor, start, length: int) -> Tensor:
+    """Each pair of a head's features turned by its position's angle."""
+    batch, seq, heads, head_dim = x.shape
+    cos = self.cos.shrink(((start, start + length), None)).reshape(1, seq, 1, head_dim // 2)
+    sin = self.sin.shrink(((start, start + length), None)).reshape(1, seq, 1, head_dim // 2)
+    pairs = x.reshape(batch, seq, heads, head_dim // 2, 2)
+    even, odd = pairs[..., 0], pairs[..., 1]
+    return Tensor.stack(even * cos - odd * sin, even * sin + odd * cos, dim=-1).reshape(batch, seq, heads, head_dim)
+
+  def __call__(self, tokens: Tensor, start) -> Tensor:
+    """Logits for `tokens` at positions start.. (`start` an int, or a bound Variable when decoding one token)."""
+    batch, seq = tokens.shape
+    x = self.embed[tokens]
+    h = self.rms_norm(x, self.attn_norm)
+    q = self.rotate((h @ self.wq).reshape(batch, seq, self.heads, self.head_dim), start, seq)
+    k = self.rotate((h @ self.wk).reshape(batch, seq, self.kv_heads, self.head_dim), start, seq)
+    v = (h @ self.wv).reshape(batch, seq, self.kv_heads, self.head_dim)
+    self.cache_k.shrink((None, (start, start + seq), None, None)).assign(k).realize()
+    self.cache_v.shrink((None, (start, start + seq), None, None)).assign(v).realize()
+    repeat = self.heads // self.kv_heads
+    keys = self.cache_k.shrink((None, (0, start + seq), None, None)).repeat_interleave(repeat, dim=2)
+    values = self.cache_v.shrink((None, (0, start + seq), None, None)).repeat_interleave(repeat, dim=2)
+    scores = q.transpose(1, 2) @ keys.permute(0, 2, 3, 1) / self.head_dim ** 0.5
+    if seq > 1: scores = scores + Tensor.full((1, 1, seq, start + seq), float("-inf")).triu(start + 1)
+    attended = (scores.softmax(-1) @ values.transpose(1, 2)).transpose(1, 2).reshape(batch, seq, self.dim)
+    x = x + attended @ self.wo
+    h = self.rms_norm(x, self.mlp_norm)
+    x = x + ((h @ self.w_gate).silu() * (h @ self.w_up)) @ self.w_down
+    return x @ self.embed.T
+
+
+def llama_decode(prompt=(3, 17, 5), new_tokens: int = 3) -> dict:
+  """Text generation with a LLaMA-style decoder layer: the prompt in one pass, then one token at a time at a position
+  bound to a Variable (one set of kernels for every step), greedy, and a last token sampled at temperature 0.7."""
+  Tensor.manual_seed(22)
+  model = LlamaBlock()
+  logits = [model(Tensor([list(prompt)], dtype=dtypes.int32), 0)[0].realize()]
+  tokens, position = [], len(prompt)
+  for _ in range(new_tokens):
+    tokens.append(int(logits[-1][-1].argmax().item()))
+    start = Variable("start_pos", 1, model.max_seq - 1).bind(position)
+    logits.append(model(Tensor([[tokens[-1]]], dtype=dtypes.int32), start)[0].realize())
+    position += 1
+  sampled = (logits[-1][-1] / 0.7).softmax().multinomial()
+  return {"outputs": [x.numpy() for x in logits] + [np.array(tokens), sampled.numpy()]}

@@ -48,6 +48,55 @@ def test_symbolic_workload_matches_numpy():
     np.testing.assert_allclose(got, np.maximum(x[:n] @ w, 0).sum(0), rtol=1e-4, atol=1e-5)
 
 
+def _llama_reference(prompt: list[int], tokens: list[int], vocab=32, dim=16, heads=4, kv_heads=2, hidden=32,
+                     max_seq=8, seed=21) -> list[np.ndarray]:
+  """The logits of each step of `llama_decode`, by numpy in float64 from the same weights."""
+  rng = np.random.default_rng(seed)
+  def weight(*shape): return (rng.standard_normal(shape) * 0.3).astype(np.float32).astype(np.float64)
+  head_dim = dim // heads
+  embed, wq, wk, wv, wo = weight(vocab, dim), weight(dim, dim), weight(dim, kv_heads * head_dim), \
+    weight(dim, kv_heads * head_dim), weight(dim, dim)
+  w_gate, w_up, w_down, mlp_norm = weight(dim, hidden), weight(dim, hidden), weight(hidden, dim), np.abs(weight(dim))
+  angles = np.arange(max_seq)[:, None] * (1.0 / 10000.0 ** (np.arange(0, head_dim, 2) / head_dim))[None]
+  cache_k, cache_v = np.zeros((max_seq, kv_heads, head_dim)), np.zeros((max_seq, kv_heads, head_dim))
+  def norm(x, g): return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * g
+  def rotate(x, start):
+    pairs, cos, sin = x.reshape(*x.shape[:2], -1, 2), np.cos(angles[start:start + len(x), None]), \
+      np.sin(angles[start:start + len(x), None])
+    return np.stack([pairs[..., 0] * cos - pairs[..., 1] * sin, pairs[..., 0] * sin + pairs[..., 1] * cos], -1) \
+      .reshape(x.shape)
+  out, start = [], 0
+  for step in [prompt] + [[t] for t in tokens]:
+    x = embed[step]
+    h = norm(x, 1.0)
+    q = rotate((h @ wq).reshape(len(step), heads, head_dim), start)
+    cache_k[start:start + len(step)] = rotate((h @ wk).reshape(len(step), kv_heads, head_dim), start)
+    cache_v[start:start + len(step)] = (h @ wv).reshape(len(step), kv_heads, head_dim)
+    end = start + len(step)
+    keys, values = (np.repeat(c[:end], heads // kv_heads, axis=1) for c in (cache_k, cache_v))
+    scores = np.einsum("qhd,khd->hqk", q, keys) / np.sqrt(head_dim)
+    scores = np.where(np.triu(np.ones((len(step), end), bool), k=start + 1), -np.inf, scores)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    x = x + np.einsum("hqk,khd->qhd", probs / probs.sum(-1, keepdims=True), values).reshape(len(step), dim) @ wo
+    h = norm(x, mlp_norm)
+    gate = h @ w_gate
+    x = x + (gate / (1 + np.exp(-gate)) * (h @ w_up)) @ w_down
+    out.append(x @ embed.T)
+    start = end
+  return out
+
+
+def test_llama_decode_matches_numpy():
+  out = WORKLOADS["llama_decode"]()["outputs"]
+  *logits, tokens, sampled = out
+  expected = _llama_reference([3, 17, 5], [int(t) for t in tokens])
+  assert len(logits) == len(expected) == 4
+  for got, want in zip(logits, expected): np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  # greedy decoding: each token is the argmax of the logits before it
+  assert [int(t) for t in tokens] == [int(np.argmax(step[-1])) for step in expected[:-1]]
+  assert 0 <= int(sampled[0]) < 32
+
+
 def test_command_line_lists_and_rejects_unknown_names():
   proc = subprocess.run([sys.executable, "-m", "scripts.workloads", "--list"], cwd=REPO, capture_output=True, text=True)
   assert proc.returncode == 0 and "mlp_sgd" in proc.stdout and "ref_matmul" in proc.stdout
