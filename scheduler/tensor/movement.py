@@ -181,6 +181,10 @@ class Movement:
         dropped.append(axis)
         out_axis -= 1
       elif isinstance(item, slice):
+        if (odd := next((v for v in (item.start, item.stop, item.step)
+                         if v is not None and not isinstance(v, (int, np.integer))), None)) is not None:
+          raise TypeError(f"only int slicing is supported, not a {type(odd).__name__} bound (a window with symbolic "
+                          "bounds is a shrink)")
         start, stop, step = item.indices(extent) if isinstance(extent, int) else (0, extent, 1)
         if step == 0: raise ValueError("slice step cannot be 0")
         if step > 0: bounds.append((start, max(start, stop)))

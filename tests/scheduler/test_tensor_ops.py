@@ -1,7 +1,7 @@
 """Every Tensor op against numpy, on each device, over dtypes, broadcasting and edge shapes."""
 import numpy as np
 import pytest
-from scheduler import Tensor, dtypes
+from scheduler import Tensor, Variable, dtypes
 
 
 
@@ -250,6 +250,7 @@ def test_bad_input_errors_are_clear():
   with pytest.raises(ValueError, match="can't reshape"): Tensor(A).reshape(5, 5)
   with pytest.raises(ValueError, match="broadcast"): Tensor(A) + Tensor(np.ones((2, 4), np.float32))
   with pytest.raises(IndexError, match="out of bounds"): Tensor(A)[7]
+  with pytest.raises(TypeError, match="only int slicing"): Tensor(A)[Variable("i", 0, 2).bind(1):]
   with pytest.raises(TypeError, match="can't create Tensor"): Tensor(object())
   with pytest.raises(RuntimeError, match="cannot dot"): Tensor(A) @ Tensor(A)
 
