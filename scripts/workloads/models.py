@@ -296,3 +296,71 @@ def llama_decode(prompt=(3, 17, 5), new_tokens: int = 3) -> dict:
     position += 1
   sampled = (logits[-1][-1] / 0.7).softmax().multinomial()
   return {"outputs": [x.numpy() for x in logits] + [np.array(tokens), sampled.numpy()]}
+
+
+class Denoiser:
+  """The noise predictor of a DDPM training loop, small: a sinusoidal timestep embedding through a linear layer, a
+  strided and a dilated convolution with group norm between, a transposed convolution back up, and a skip connection.
+  Weights come from a numpy generator (as a checkpoint's would), so that numpy can compute the same forward pass."""
+  def __init__(self, seed: int, channels: int = 2, width: int = 8):
+    rng = np.random.default_rng(seed)
+    def conv(layer, scale=0.3):
+      layer.weight = Tensor((rng.standard_normal(layer.weight.shape) * scale).astype(np.float32))
+      layer.bias = Tensor((rng.standard_normal(layer.bias.shape) * 0.1).astype(np.float32))
+      return layer
+    self.width = width
+    self.conv_in = conv(nn.Conv2d(channels, width, 3, padding=1))
+    self.time = conv(nn.Linear(width, width))
+    self.down = conv(nn.Conv2d(width, width, 3, stride=2, padding=1))
+    self.norm = nn.GroupNorm(2, width)
+    self.mid = conv(nn.Conv2d(width, width, 3, padding=2, dilation=2))
+    self.up = conv(nn.ConvTranspose2d(width, width, 4, stride=2, padding=1))
+    self.conv_out = conv(nn.Conv2d(2 * width, channels, 3, padding=1), 0.1)
+
+  def timestep_embedding(self, t: Tensor) -> Tensor:
+    half = self.width // 2
+    freqs = (Tensor.arange(half).float() * (-np.log(10000.0) / half)).exp()
+    angles = t.float().reshape(-1, 1) * freqs.reshape(1, half)
+    return angles.sin().cat(angles.cos(), dim=1)
+
+  def __call__(self, x: Tensor, t: Tensor) -> Tensor:
+    h = self.conv_in(x).silu() + self.time(self.timestep_embedding(t)).silu().reshape(x.shape[0], self.width, 1, 1)
+    d = self.norm(self.down(h)).silu()
+    d = d + self.mid(d).silu()
+    return self.conv_out(self.up(d).silu().cat(h, dim=1))
+
+
+def ddpm_step(steps: int = 3) -> dict:
+  """Denoising diffusion training as DDPM code writes it: images noised to a random timestep of a linear beta
+  schedule with noise from randn, the mean squared error of the predicted noise, gradients clipped to a global norm
+  of 1, AdamW, and an exponential moving average of the weights kept by assign."""
+  Tensor.manual_seed(30)
+  rng = np.random.default_rng(31)
+  images = Tensor(rng.uniform(-1, 1, (4, 2, 8, 8)).astype(np.float32)).realize()
+  alpha_bar = np.cumprod(1 - np.linspace(1e-4, 0.02, 50)).astype(np.float32)
+  model = Denoiser(32)
+  params = get_parameters(model)
+  for p in params: p.realize()
+  average = [p.detach().contiguous().realize() for p in params]
+  opt = AdamW(params, lr=3e-3, weight_decay=1e-2)
+  losses, first_noise = [], None
+  with Tensor.train():
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        t = rng.integers(0, 50, 4)
+        a = Tensor(np.sqrt(alpha_bar[t]).reshape(4, 1, 1, 1))
+        b = Tensor(np.sqrt(1 - alpha_bar[t]).reshape(4, 1, 1, 1))
+        noise = Tensor.randn(4, 2, 8, 8).realize()
+        if first_noise is None: first_noise = noise.numpy()
+        opt.zero_grad()
+        loss = (model(a * images + b * noise, Tensor(t.astype(np.int32))) - noise).square().mean()
+        loss.backward()
+        total = Tensor.stack(*[p.grad.square().sum() for p in params]).sum().sqrt()
+        scale = (1.0 / (total + 1e-6)).minimum(1.0)
+        for p in params: p.grad = p.grad * scale
+        updates = opt.schedule_step()
+        for kept, p in zip(average, params): kept.assign(kept * 0.9 + p.detach() * 0.1)
+        Tensor.realize(loss, *updates, *average)
+        losses.append(loss.item())
+  return {"outputs": [first_noise, model.conv_out.weight.numpy(), average[0].numpy(), average[-1].numpy()],
+          "losses": losses}

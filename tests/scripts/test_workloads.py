@@ -33,7 +33,7 @@ def test_workload_equal_on_cpu_and_python(name):
 
 
 TRAINING = ["mlp_sgd", "bf16_lars", "lstm_bptt", "warp_registration", "cnn_adam", "transformer_adamw",
-            "upsampling_decoder", "nll_classifier", "multilabel_tagger", "segmentation_sgd"]
+            "upsampling_decoder", "nll_classifier", "multilabel_tagger", "segmentation_sgd", "ddpm_step"]
 
 
 def test_training_workloads_report_losses():
@@ -95,6 +95,60 @@ def test_llama_decode_matches_numpy():
   # greedy decoding: each token is the argmax of the logits before it
   assert [int(t) for t in tokens] == [int(np.argmax(step[-1])) for step in expected[:-1]]
   assert 0 <= int(sampled[0]) < 32
+
+
+def _conv2d(x, w, b, stride=1, padding=0, dilation=1):
+  n, c, h, width = x.shape
+  out, _, k, _ = w.shape
+  x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+  rows, cols = ((size + 2 * padding - dilation * (k - 1) - 1) // stride + 1 for size in (h, width))
+  y = np.zeros((n, out, rows, cols))
+  for a in range(k):
+    for e in range(k):
+      top, left = a * dilation, e * dilation
+      window = x[:, :, top:top + stride * rows:stride, left:left + stride * cols:stride]
+      y += np.einsum("nchw,oc->nohw", window, w[:, :, a, e])
+  return y + b.reshape(1, -1, 1, 1)
+
+
+def _conv_transpose2d(x, w, b, stride, padding):
+  n, c, h, width = x.shape
+  k = w.shape[2]
+  y = np.zeros((n, w.shape[1], (h - 1) * stride + k, (width - 1) * stride + k))
+  for i in range(h):
+    for j in range(width):
+      y[:, :, i * stride:i * stride + k, j * stride:j * stride + k] += np.einsum("nc,cokl->nokl", x[:, :, i, j], w)
+  return y[:, :, padding:-padding, padding:-padding] + b.reshape(1, -1, 1, 1)
+
+
+def test_ddpm_step_first_loss_matches_numpy():
+  """The first step's loss from numpy's forward pass of the same denoiser (its weights drawn as the workload draws
+  them, its noise the workload's first randn)."""
+  from scripts.workloads.models import Denoiser
+  out = WORKLOADS["ddpm_step"]()
+  noise = out["outputs"][0].astype(np.float64)
+  rng = np.random.default_rng(31)
+  images = rng.uniform(-1, 1, (4, 2, 8, 8)).astype(np.float32).astype(np.float64)
+  alpha_bar = np.cumprod(1 - np.linspace(1e-4, 0.02, 50)).astype(np.float32).astype(np.float64)
+  t = rng.integers(0, 50, 4)
+  shapes = Denoiser(32)
+  weights, draw = {}, np.random.default_rng(32)
+  for name, scale in (("conv_in", 0.3), ("time", 0.3), ("down", 0.3), ("mid", 0.3), ("up", 0.3), ("conv_out", 0.1)):
+    layer = getattr(shapes, name)
+    weights[name] = ((draw.standard_normal(layer.weight.shape) * scale).astype(np.float32).astype(np.float64),
+                     (draw.standard_normal(layer.bias.shape) * 0.1).astype(np.float32).astype(np.float64))
+  silu = lambda v: v / (1 + np.exp(-v))
+  x = np.sqrt(alpha_bar[t]).reshape(4, 1, 1, 1) * images + np.sqrt(1 - alpha_bar[t]).reshape(4, 1, 1, 1) * noise
+  angles = t.reshape(-1, 1) * np.exp(np.arange(4) * (-np.log(10000.0) / 4)).reshape(1, 4)
+  embedding = np.concatenate([np.sin(angles), np.cos(angles)], axis=1) @ weights["time"][0].T + weights["time"][1]
+  h = silu(_conv2d(x, *weights["conv_in"], padding=1)) + silu(embedding).reshape(4, 8, 1, 1)
+  down = _conv2d(h, *weights["down"], stride=2, padding=1).reshape(4, 2, -1)
+  d = silu(((down - down.mean(-1, keepdims=True)) / np.sqrt(down.var(-1, keepdims=True) + 1e-5)).reshape(4, 8, 4, 4))
+  d = d + silu(_conv2d(d, *weights["mid"], padding=2, dilation=2))
+  up = silu(_conv_transpose2d(d, *weights["up"], stride=2, padding=1))
+  prediction = _conv2d(np.concatenate([up, h], axis=1), *weights["conv_out"], padding=1)
+  np.testing.assert_allclose(out["losses"][0], ((prediction - noise) ** 2).mean(), rtol=1e-4)
+  assert out["losses"][-1] < out["losses"][0]
 
 
 def test_command_line_lists_and_rejects_unknown_names():
