@@ -364,3 +364,47 @@ def ddpm_step(steps: int = 3) -> dict:
         losses.append(loss.item())
   return {"outputs": [first_noise, model.conv_out.weight.numpy(), average[0].numpy(), average[-1].numpy()],
           "losses": losses}
+
+
+def _numpy_linear(rng, fan_in: int, fan_out: int) -> nn.Linear:
+  """A linear layer with weights from a numpy generator (as a checkpoint's would be)."""
+  layer = nn.Linear(fan_in, fan_out)
+  layer.weight = Tensor((rng.standard_normal((fan_out, fan_in)) / np.sqrt(fan_in)).astype(np.float32))
+  layer.bias = Tensor((rng.standard_normal(fan_out) * 0.1).astype(np.float32))
+  return layer
+
+
+def gan_step(steps: int = 3) -> dict:
+  """Adversarial training as GAN code writes it: a generator from randn noise, a discriminator with leaky ReLUs, the
+  discriminator's loss on real samples and on generated ones with the generator cut off by detach, then the
+  generator's loss through the discriminator, each player with its own Adam, the binary cross-entropy taken on
+  logits."""
+  Tensor.manual_seed(40)
+  rng = np.random.default_rng(41)
+  real = Tensor(np.concatenate([rng.normal(2.0, 0.5, (16, 4)), rng.normal(-2.0, 0.5, (16, 4))]).astype(np.float32))
+  g1, g2, d1, d2 = _numpy_linear(rng, 3, 16), _numpy_linear(rng, 16, 4), _numpy_linear(rng, 4, 16), \
+    _numpy_linear(rng, 16, 1)
+  def generate(z: Tensor) -> Tensor: return g2(g1(z).relu())
+  def judge(x: Tensor) -> Tensor: return d2(d1(x).leakyrelu(0.2))
+  g_opt = Adam(get_parameters([g1, g2]), lr=2e-3, b1=0.5)
+  d_opt = Adam(get_parameters([d1, d2]), lr=2e-3, b1=0.5)
+  ones, zeros = Tensor.ones(32, 1), Tensor.zeros(32, 1)
+  d_losses, g_losses, first_z = [], [], None
+  with Tensor.train():
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        z = Tensor.randn(32, 3).realize()
+        if first_z is None: first_z = z.numpy()
+        fake = generate(z)
+        d_opt.zero_grad()
+        d_loss = judge(real).binary_crossentropy_logits(ones) + judge(fake.detach()).binary_crossentropy_logits(zeros)
+        d_loss.backward()
+        Tensor.realize(d_loss, *d_opt.schedule_step())
+        g_opt.zero_grad()
+        g_loss = judge(fake).binary_crossentropy_logits(ones)
+        g_loss.backward()
+        Tensor.realize(g_loss, *g_opt.schedule_step())
+        d_losses.append(d_loss.item())
+        g_losses.append(g_loss.item())
+  return {"outputs": [first_z, np.array(g_losses), generate(Tensor(first_z)).numpy(), d1.weight.numpy()],
+          "losses": d_losses}

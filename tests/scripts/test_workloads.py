@@ -33,7 +33,8 @@ def test_workload_equal_on_cpu_and_python(name):
 
 
 TRAINING = ["mlp_sgd", "bf16_lars", "lstm_bptt", "warp_registration", "cnn_adam", "transformer_adamw",
-            "upsampling_decoder", "nll_classifier", "multilabel_tagger", "segmentation_sgd", "ddpm_step"]
+            "upsampling_decoder", "nll_classifier", "multilabel_tagger", "segmentation_sgd", "ddpm_step",
+            "gan_step"]
 
 
 def test_training_workloads_report_losses():
@@ -148,6 +149,28 @@ def test_ddpm_step_first_loss_matches_numpy():
   up = silu(_conv_transpose2d(d, *weights["up"], stride=2, padding=1))
   prediction = _conv2d(np.concatenate([up, h], axis=1), *weights["conv_out"], padding=1)
   np.testing.assert_allclose(out["losses"][0], ((prediction - noise) ** 2).mean(), rtol=1e-4)
+  assert out["losses"][-1] < out["losses"][0]
+
+
+def test_gan_step_first_loss_matches_numpy():
+  """The discriminator's first loss from numpy's forward passes of the same players (their weights drawn as the
+  workload draws them, the noise the workload's first randn)."""
+  out = WORKLOADS["gan_step"]()
+  z = out["outputs"][0].astype(np.float64)
+  rng = np.random.default_rng(41)
+  real = np.concatenate([rng.normal(2.0, 0.5, (16, 4)), rng.normal(-2.0, 0.5, (16, 4))]).astype(np.float32)
+  def linear(fan_in, fan_out):
+    w = (rng.standard_normal((fan_out, fan_in)) / np.sqrt(fan_in)).astype(np.float32).astype(np.float64)
+    b = (rng.standard_normal(fan_out) * 0.1).astype(np.float32).astype(np.float64)
+    return lambda x: x @ w.T + b
+  g1, g2, d1, d2 = linear(3, 16), linear(16, 4), linear(4, 16), linear(16, 1)
+  def judge(x):
+    h = d1(x)
+    return d2(np.where(h > 0, h, 0.2 * h))
+  def bce_logits(x, y): return (np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))).mean()
+  fake = g2(np.maximum(g1(z), 0))
+  d_loss = bce_logits(judge(real.astype(np.float64)), 1.0) + bce_logits(judge(fake), 0.0)
+  np.testing.assert_allclose(out["losses"][0], d_loss, rtol=1e-5)
   assert out["losses"][-1] < out["losses"][0]
 
 
