@@ -408,3 +408,37 @@ def gan_step(steps: int = 3) -> dict:
         g_losses.append(g_loss.item())
   return {"outputs": [first_z, np.array(g_losses), generate(Tensor(first_z)).numpy(), d1.weight.numpy()],
           "losses": d_losses}
+
+
+def text_classifier(steps: int = 4) -> dict:
+  """A bag-of-embeddings text classifier as such code is written: padded token ids (0 pads), an embedding table, a
+  mean over the real tokens only (a mask from the ids, divided by each text's length), a linear head, cross-entropy
+  with label smoothing, SGD; then the predicted classes of the texts."""
+  Tensor.manual_seed(50)
+  rng = np.random.default_rng(51)
+  lengths = rng.integers(2, 9, 12)
+  ids = np.zeros((12, 8), np.int32)
+  for row, length in enumerate(lengths): ids[row, :length] = rng.integers(1, 20, length)
+  labels = Tensor((ids[:, 0] % 3).astype(np.int32)).realize()   # the first token decides the class
+  tokens = Tensor(ids).realize()
+  embed = nn.Embedding(20, 6)
+  embed.weight = Tensor((rng.standard_normal((20, 6)) * 0.5).astype(np.float32))
+  head = _numpy_linear(rng, 6, 3)
+  opt = SGD([embed.weight, *get_parameters(head)], lr=0.5)
+
+  def logits() -> Tensor:
+    real = (tokens != 0).unsqueeze(-1)
+    pooled = (embed(tokens) * real).sum(1) / real.sum(1).cast(dtypes.float32)
+    return head(pooled)
+
+  losses = []
+  with Tensor.train():
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        opt.zero_grad()
+        loss = logits().cross_entropy(labels, label_smoothing=0.1)
+        loss.backward()
+        Tensor.realize(loss, *opt.schedule_step())
+        losses.append(loss.item())
+  scores = logits()
+  return {"outputs": [scores.numpy(), scores.argmax(-1).numpy(), embed.weight.numpy()], "losses": losses}

@@ -34,7 +34,7 @@ def test_workload_equal_on_cpu_and_python(name):
 
 TRAINING = ["mlp_sgd", "bf16_lars", "lstm_bptt", "warp_registration", "cnn_adam", "transformer_adamw",
             "upsampling_decoder", "nll_classifier", "multilabel_tagger", "segmentation_sgd", "ddpm_step",
-            "gan_step"]
+            "gan_step", "text_classifier"]
 
 
 def test_training_workloads_report_losses():
@@ -172,6 +172,25 @@ def test_gan_step_first_loss_matches_numpy():
   d_loss = bce_logits(judge(real.astype(np.float64)), 1.0) + bce_logits(judge(fake), 0.0)
   np.testing.assert_allclose(out["losses"][0], d_loss, rtol=1e-5)
   assert out["losses"][-1] < out["losses"][0]
+
+
+def test_text_classifier_first_loss_matches_numpy():
+  """The first loss from numpy: each text's embeddings averaged over its real tokens, the linear head, cross-entropy
+  against targets smoothed by 0.1 (spread evenly over the 3 classes)."""
+  out = WORKLOADS["text_classifier"]()
+  rng = np.random.default_rng(51)
+  lengths = rng.integers(2, 9, 12)
+  ids = np.zeros((12, 8), np.int64)
+  for row, length in enumerate(lengths): ids[row, :length] = rng.integers(1, 20, length)
+  table = (rng.standard_normal((20, 6)) * 0.5).astype(np.float32).astype(np.float64)
+  w = (rng.standard_normal((3, 6)) / np.sqrt(6)).astype(np.float32).astype(np.float64)
+  b = (rng.standard_normal(3) * 0.1).astype(np.float32).astype(np.float64)
+  pooled = np.stack([table[row[:length]].mean(0) for row, length in zip(ids, lengths)])
+  logits = pooled @ w.T + b
+  log_probs = logits - logits.max(1, keepdims=True)
+  log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
+  targets = np.full((12, 3), 0.1 / 3) + 0.9 * np.eye(3)[ids[:, 0] % 3]
+  np.testing.assert_allclose(out["losses"][0], -(targets * log_probs).sum(1).mean(), rtol=1e-5)
 
 
 def test_command_line_lists_and_rejects_unknown_names():
