@@ -34,7 +34,7 @@ def test_workload_equal_on_cpu_and_python(name):
 
 TRAINING = ["mlp_sgd", "bf16_lars", "lstm_bptt", "warp_registration", "cnn_adam", "transformer_adamw",
             "upsampling_decoder", "nll_classifier", "multilabel_tagger", "segmentation_sgd", "ddpm_step",
-            "gan_step", "text_classifier"]
+            "gan_step", "text_classifier", "gcn_node_classifier"]
 
 
 def test_training_workloads_report_losses():
@@ -191,6 +191,25 @@ def test_text_classifier_first_loss_matches_numpy():
   log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
   targets = np.full((12, 3), 0.1 / 3) + 0.9 * np.eye(3)[ids[:, 0] % 3]
   np.testing.assert_allclose(out["losses"][0], -(targets * log_probs).sum(1).mean(), rtol=1e-5)
+
+
+def test_gcn_node_classifier_first_loss_matches_numpy():
+  """The first loss from numpy with the graph as a dense matrix: D^-1/2 (A + I) D^-1/2 applied twice around the
+  layers, instead of messages gathered and scattered along the edge list."""
+  out = WORKLOADS["gcn_node_classifier"]()
+  rng = np.random.default_rng(61)
+  pairs = {tuple(sorted(p)) for p in rng.integers(0, 12, (20, 2)) if p[0] != p[1]}
+  adjacency = np.eye(12)
+  for a, b in pairs: adjacency[a, b] = adjacency[b, a] = 1
+  norm = adjacency / np.sqrt(np.outer(adjacency.sum(1), adjacency.sum(1)))
+  x = rng.standard_normal((12, 5)).astype(np.float32).astype(np.float64)
+  labels = rng.integers(0, 3, 12)
+  w1 = (rng.standard_normal((5, 8)) / np.sqrt(5)).astype(np.float32).astype(np.float64)
+  w2 = (rng.standard_normal((8, 3)) / np.sqrt(8)).astype(np.float32).astype(np.float64)
+  logits = norm @ np.maximum(norm @ x @ w1, 0) @ w2
+  log_probs = logits - logits.max(1, keepdims=True)
+  log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
+  np.testing.assert_allclose(out["losses"][0], -log_probs[np.arange(0, 12, 2), labels[::2]].mean(), rtol=1e-5)
 
 
 def test_command_line_lists_and_rejects_unknown_names():
