@@ -36,7 +36,7 @@ WORKLOADS: dict[str, Callable[[], dict]] = {
   "bf16_lars": models.bf16_lars, "lstm_bptt": models.lstm_bptt, "warp_registration": models.warp_registration,
   "symbolic_seq": models.symbolic_seq, "disk_state_dict": models.disk_state_dict, "llama_decode": models.llama_decode,
   "ddpm_step": models.ddpm_step, "gan_step": models.gan_step, "text_classifier": models.text_classifier,
-  "gcn_node_classifier": models.gcn_node_classifier,
+  "gcn_node_classifier": models.gcn_node_classifier, "wavenet_step": models.wavenet_step,
   "int_arith_negative": edge_cases.int_arith_negative, "float_floor_division": edge_cases.float_floor_division,
   "nested_views": edge_cases.nested_views,
   "assign_orderings": edge_cases.assign_orderings, "big_reductions": edge_cases.big_reductions,

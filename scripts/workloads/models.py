@@ -484,3 +484,48 @@ def gcn_node_classifier(steps: int = 4) -> dict:
         losses.append(loss.item())
   scores = logits()
   return {"outputs": [scores.numpy(), scores.argmax(-1).numpy(), w1.numpy()], "losses": losses}
+
+
+def wavenet_step(steps: int = 3) -> dict:
+  """Next-sample prediction with a WaveNet-style stack, as audio models write it: causal 1-D convolutions (padded on
+  the left only) dilated 1, 2 and 4, gated activations (tanh times sigmoid), residual and skip connections of 1x1
+  convolutions, the mean squared error against the signal one step ahead, Adam."""
+  Tensor.manual_seed(70)
+  rng = np.random.default_rng(71)
+  time = np.arange(33)
+  wave = (np.sin(time * 0.4)[None] * rng.uniform(0.5, 1.0, (2, 1)) + rng.normal(0, 0.05, (2, 33))).astype(np.float32)
+  signal, target = Tensor(wave[:, None, :32]).realize(), Tensor(wave[:, None, 1:]).realize()
+  width, dilations = 6, (1, 2, 4)
+
+  def layer(fan_in: int, fan_out: int, kernel: int, **options) -> nn.Conv2d:
+    conv = nn.Conv1d(fan_in, fan_out, kernel, **options)
+    conv.weight = Tensor((rng.standard_normal(conv.weight.shape) / np.sqrt(fan_in * kernel)).astype(np.float32))
+    conv.bias = Tensor((rng.standard_normal(fan_out) * 0.1).astype(np.float32))
+    return conv
+
+  start = layer(1, width, 1)
+  # the last block's residual output would reach nothing: it has none
+  blocks = [(layer(width, width, 2, dilation=d), layer(width, width, 2, dilation=d),
+             layer(width, width, 1) if d != dilations[-1] else None, layer(width, width, 1), d) for d in dilations]
+  head = layer(width, 1, 1)
+  opt = Adam(get_parameters([start, head, *[[c for c in b[:4] if c is not None] for b in blocks]]), lr=1e-2)
+
+  def predict(x: Tensor) -> Tensor:
+    h, skips = start(x), []
+    for filt, gate, residual, skip, d in blocks:
+      past = h.pad(((0, 0), (0, 0), (d, 0)))   # causal: each output sees its own sample and the ones before
+      z = filt(past).tanh() * gate(past).sigmoid()
+      if residual is not None: h = h + residual(z)
+      skips.append(skip(z))
+    return head(Tensor.stack(*skips).sum(0).relu())
+
+  losses = []
+  with Tensor.train():
+    for step in range(steps):
+      with replay_location(f"step {step}"):
+        opt.zero_grad()
+        loss = (predict(signal) - target).square().mean()
+        loss.backward()
+        Tensor.realize(loss, *opt.schedule_step())
+        losses.append(loss.item())
+  return {"outputs": [predict(signal).numpy(), head.weight.numpy()], "losses": losses}

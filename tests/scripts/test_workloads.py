@@ -34,7 +34,7 @@ def test_workload_equal_on_cpu_and_python(name):
 
 TRAINING = ["mlp_sgd", "bf16_lars", "lstm_bptt", "warp_registration", "cnn_adam", "transformer_adamw",
             "upsampling_decoder", "nll_classifier", "multilabel_tagger", "segmentation_sgd", "ddpm_step",
-            "gan_step", "text_classifier", "gcn_node_classifier"]
+            "gan_step", "text_classifier", "gcn_node_classifier", "wavenet_step"]
 
 
 def test_training_workloads_report_losses():
@@ -210,6 +210,32 @@ def test_gcn_node_classifier_first_loss_matches_numpy():
   log_probs = logits - logits.max(1, keepdims=True)
   log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
   np.testing.assert_allclose(out["losses"][0], -log_probs[np.arange(0, 12, 2), labels[::2]].mean(), rtol=1e-5)
+
+
+def test_wavenet_step_first_loss_matches_numpy():
+  """The first loss from numpy: each causal dilated convolution as its two taps, the sample d steps back (zero
+  before the start) and the sample itself."""
+  out = WORKLOADS["wavenet_step"]()
+  rng = np.random.default_rng(71)
+  wave = (np.sin(np.arange(33) * 0.4)[None] * rng.uniform(0.5, 1.0, (2, 1)) + rng.normal(0, 0.05, (2, 33)))
+  wave = wave.astype(np.float32).astype(np.float64)
+  def layer(fan_in, fan_out, kernel):
+    w = (rng.standard_normal((fan_out, fan_in, kernel)) / np.sqrt(fan_in * kernel)).astype(np.float32)
+    return w.astype(np.float64), (rng.standard_normal(fan_out) * 0.1).astype(np.float32).astype(np.float64)
+  def pointwise(conv, x): return np.einsum("oc,nct->not", conv[0][:, :, 0], x) + conv[1][None, :, None]
+  def causal(conv, x, d):
+    back = np.pad(x, ((0, 0), (0, 0), (d, 0)))[:, :, :x.shape[2]]
+    return np.einsum("oc,nct->not", conv[0][:, :, 0], back) + pointwise((conv[0][:, :, 1:], conv[1]), x)
+  start = layer(1, 6, 1)
+  blocks = [(layer(6, 6, 2), layer(6, 6, 2), layer(6, 6, 1) if d != 4 else None, layer(6, 6, 1), d) for d in (1, 2, 4)]
+  head = layer(6, 1, 1)
+  h, skips = pointwise(start, wave[:, None, :32]), []
+  for filt, gate, residual, skip, d in blocks:
+    z = np.tanh(causal(filt, h, d)) / (1 + np.exp(-causal(gate, h, d)))
+    if residual is not None: h = h + pointwise(residual, z)
+    skips.append(pointwise(skip, z))
+  prediction = pointwise(head, np.maximum(sum(skips), 0))
+  np.testing.assert_allclose(out["losses"][0], ((prediction - wave[:, None, 1:]) ** 2).mean(), rtol=1e-5)
 
 
 def test_command_line_lists_and_rejects_unknown_names():
