@@ -298,16 +298,21 @@ def llama_decode(prompt=(3, 17, 5), new_tokens: int = 3) -> dict:
   return {"outputs": [x.numpy() for x in logits] + [np.array(tokens), sampled.numpy()]}
 
 
+def _from_numpy(rng, layer, scale: float):
+  """`layer` with weights from a numpy generator, as a checkpoint's would be: normal weights times `scale`, then normal
+  biases times 0.1 (drawn in that order, so that numpy can draw the same ones)."""
+  layer.weight = Tensor((rng.standard_normal(layer.weight.shape) * scale).astype(np.float32))
+  layer.bias = Tensor((rng.standard_normal(layer.bias.shape) * 0.1).astype(np.float32))
+  return layer
+
+
 class Denoiser:
   """The noise predictor of a DDPM training loop, small: a sinusoidal timestep embedding through a linear layer, a
   strided and a dilated convolution with group norm between, a transposed convolution back up, and a skip connection.
   Weights come from a numpy generator (as a checkpoint's would), so that numpy can compute the same forward pass."""
   def __init__(self, seed: int, channels: int = 2, width: int = 8):
     rng = np.random.default_rng(seed)
-    def conv(layer, scale=0.3):
-      layer.weight = Tensor((rng.standard_normal(layer.weight.shape) * scale).astype(np.float32))
-      layer.bias = Tensor((rng.standard_normal(layer.bias.shape) * 0.1).astype(np.float32))
-      return layer
+    def conv(layer, scale=0.3): return _from_numpy(rng, layer, scale)
     self.width = width
     self.conv_in = conv(nn.Conv2d(channels, width, 3, padding=1))
     self.time = conv(nn.Linear(width, width))
@@ -367,11 +372,7 @@ def ddpm_step(steps: int = 3) -> dict:
 
 
 def _numpy_linear(rng, fan_in: int, fan_out: int) -> nn.Linear:
-  """A linear layer with weights from a numpy generator (as a checkpoint's would be)."""
-  layer = nn.Linear(fan_in, fan_out)
-  layer.weight = Tensor((rng.standard_normal((fan_out, fan_in)) / np.sqrt(fan_in)).astype(np.float32))
-  layer.bias = Tensor((rng.standard_normal(fan_out) * 0.1).astype(np.float32))
-  return layer
+  return _from_numpy(rng, nn.Linear(fan_in, fan_out), 1 / np.sqrt(fan_in))
 
 
 def gan_step(steps: int = 3) -> dict:
@@ -498,10 +499,7 @@ def wavenet_step(steps: int = 3) -> dict:
   width, dilations = 6, (1, 2, 4)
 
   def layer(fan_in: int, fan_out: int, kernel: int, **options) -> nn.Conv2d:
-    conv = nn.Conv1d(fan_in, fan_out, kernel, **options)
-    conv.weight = Tensor((rng.standard_normal(conv.weight.shape) / np.sqrt(fan_in * kernel)).astype(np.float32))
-    conv.bias = Tensor((rng.standard_normal(fan_out) * 0.1).astype(np.float32))
-    return conv
+    return _from_numpy(rng, nn.Conv1d(fan_in, fan_out, kernel, **options), 1 / np.sqrt(fan_in * kernel))
 
   start = layer(1, width, 1)
   # the last block's residual output would reach nothing: it has none

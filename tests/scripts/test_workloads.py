@@ -160,7 +160,7 @@ def test_gan_step_first_loss_matches_numpy():
   rng = np.random.default_rng(41)
   real = np.concatenate([rng.normal(2.0, 0.5, (16, 4)), rng.normal(-2.0, 0.5, (16, 4))]).astype(np.float32)
   def linear(fan_in, fan_out):
-    w = (rng.standard_normal((fan_out, fan_in)) / np.sqrt(fan_in)).astype(np.float32).astype(np.float64)
+    w = (rng.standard_normal((fan_out, fan_in)) * (1 / np.sqrt(fan_in))).astype(np.float32).astype(np.float64)
     b = (rng.standard_normal(fan_out) * 0.1).astype(np.float32).astype(np.float64)
     return lambda x: x @ w.T + b
   g1, g2, d1, d2 = linear(3, 16), linear(16, 4), linear(4, 16), linear(16, 1)
@@ -183,7 +183,7 @@ def test_text_classifier_first_loss_matches_numpy():
   ids = np.zeros((12, 8), np.int64)
   for row, length in enumerate(lengths): ids[row, :length] = rng.integers(1, 20, length)
   table = (rng.standard_normal((20, 6)) * 0.5).astype(np.float32).astype(np.float64)
-  w = (rng.standard_normal((3, 6)) / np.sqrt(6)).astype(np.float32).astype(np.float64)
+  w = (rng.standard_normal((3, 6)) * (1 / np.sqrt(6))).astype(np.float32).astype(np.float64)
   b = (rng.standard_normal(3) * 0.1).astype(np.float32).astype(np.float64)
   pooled = np.stack([table[row[:length]].mean(0) for row, length in zip(ids, lengths)])
   logits = pooled @ w.T + b
@@ -220,7 +220,7 @@ def test_wavenet_step_first_loss_matches_numpy():
   wave = (np.sin(np.arange(33) * 0.4)[None] * rng.uniform(0.5, 1.0, (2, 1)) + rng.normal(0, 0.05, (2, 33)))
   wave = wave.astype(np.float32).astype(np.float64)
   def layer(fan_in, fan_out, kernel):
-    w = (rng.standard_normal((fan_out, fan_in, kernel)) / np.sqrt(fan_in * kernel)).astype(np.float32)
+    w = (rng.standard_normal((fan_out, fan_in, kernel)) * (1 / np.sqrt(fan_in * kernel))).astype(np.float32)
     return w.astype(np.float64), (rng.standard_normal(fan_out) * 0.1).astype(np.float32).astype(np.float64)
   def pointwise(conv, x): return np.einsum("oc,nct->not", conv[0][:, :, 0], x) + conv[1][None, :, None]
   def causal(conv, x, d):
